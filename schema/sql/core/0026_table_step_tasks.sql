@@ -1,0 +1,48 @@
+-- pgflow.step_tasks: units of work. A single step has one task (task_index 0), a map step one per array element.
+-- message_id is the task's PGMQ message in the queue named after flow_slug.
+create table pgflow.step_tasks (
+  flow_slug              text        not null,
+  run_id                 uuid        not null,
+  step_slug              text        not null,
+  message_id             bigint,
+  task_index             int         not null default 0,
+  status                 text        not null default 'queued',
+  attempts_count         int         not null default 0,
+  error_message          text,
+  output                 jsonb,
+  queued_at              timestamptz not null default now(),
+  completed_at           timestamptz,
+  failed_at              timestamptz,
+  started_at             timestamptz,
+  last_worker_id         uuid,
+  requeued_count         int         not null default 0,
+  last_requeued_at       timestamptz,
+  permanently_stalled_at timestamptz,
+  constraint step_tasks_pkey primary key (run_id, step_slug, task_index),
+  constraint step_tasks_flow_slug_fkey foreign key (flow_slug) references pgflow.flows (flow_slug),
+  constraint step_tasks_run_id_fkey foreign key (run_id) references pgflow.runs (run_id),
+  constraint step_tasks_run_id_step_slug_fkey foreign key (run_id, step_slug)
+    references pgflow.step_states (run_id, step_slug),
+  constraint step_tasks_last_worker_id_fkey foreign key (last_worker_id)
+    references pgflow.workers (worker_id) on delete set null,
+  constraint valid_status check (status in ('queued', 'started', 'completed', 'failed')),
+  constraint output_valid_only_for_completed check (output is null or status in ('completed', 'failed')),
+  constraint attempts_count_nonnegative check (attempts_count >= 0),
+  constraint completed_at_or_failed_at check (not (completed_at is not null and failed_at is not null)),
+  constraint completed_at_is_after_queued_at check (completed_at is null or completed_at >= queued_at),
+  constraint failed_at_is_after_queued_at check (failed_at is null or failed_at >= queued_at),
+  constraint started_at_is_after_queued_at check (started_at is null or started_at >= queued_at),
+  constraint completed_at_is_after_started_at check (
+    completed_at is null or started_at is null or completed_at >= started_at),
+  constraint failed_at_is_after_started_at check (
+    failed_at is null or started_at is null or failed_at >= started_at)
+);
+
+create index idx_step_tasks_message_id on pgflow.step_tasks (message_id);
+create index idx_step_tasks_queued on pgflow.step_tasks (run_id, step_slug) where status = 'queued';
+create index idx_step_tasks_completed on pgflow.step_tasks (run_id, step_slug) where status = 'completed';
+create index idx_step_tasks_failed on pgflow.step_tasks (run_id, step_slug) where status = 'failed';
+create index idx_step_tasks_flow_run_step on pgflow.step_tasks (flow_slug, run_id, step_slug);
+create index idx_step_tasks_started on pgflow.step_tasks (started_at) where status = 'started';
+create index idx_step_tasks_queued_msg on pgflow.step_tasks (message_id) where status = 'queued';
+create index idx_step_tasks_last_worker on pgflow.step_tasks (last_worker_id) where status = 'started';
