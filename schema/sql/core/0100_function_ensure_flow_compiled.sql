@@ -1,0 +1,45 @@
+-- pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss) guarantees: after it returns, the stored flow has
+-- the caller's shape, or nothing was changed and the result says why. Result: {"status": s, "differences": [...]}
+--   * 'compiled'   - the flow did not exist and was created from the shape (in any environment);
+--   * 'verified'   - the stored shape equals the caller's; nothing changed;
+--   * 'recompiled' - shapes differed and pgflow.is_local() or allow_data_loss: the flow and ALL its data (runs,
+--                    states, tasks, queue and archive) were deleted and the flow created again from the shape;
+--   * 'mismatch'   - shapes differed otherwise; nothing changed.
+-- differences lists _compare_flow_shapes(shape, stored shape) (the caller's shape is "first").
+-- Concurrent calls for one slug are serialised by a transaction-level advisory lock (1, hashtext(flow_slug)).
+create or replace function pgflow.ensure_flow_compiled(
+  flow_slug       text,
+  shape           jsonb,
+  allow_data_loss boolean default false
+)
+returns jsonb
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_differences text[];
+begin
+  perform pg_advisory_xact_lock(1, hashtext(ensure_flow_compiled.flow_slug));
+
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug) then
+    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
+    return jsonb_build_object('status', 'compiled', 'differences', '[]'::jsonb);
+  end if;
+
+  v_differences := pgflow._compare_flow_shapes(
+    ensure_flow_compiled.shape, pgflow._get_flow_shape(ensure_flow_compiled.flow_slug));
+
+  if cardinality(v_differences) = 0 then
+    return jsonb_build_object('status', 'verified', 'differences', '[]'::jsonb);
+  end if;
+
+  if pgflow.is_local() or coalesce(ensure_flow_compiled.allow_data_loss, false) then
+    perform pgflow.delete_flow_and_data(ensure_flow_compiled.flow_slug);
+    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
+    return jsonb_build_object('status', 'recompiled', 'differences', to_jsonb(v_differences));
+  end if;
+
+  return jsonb_build_object('status', 'mismatch', 'differences', to_jsonb(v_differences));
+end;
+$$;
