@@ -1,0 +1,63 @@
+// Command pgflow is pgflow-go's command-line tool: migrations, runs, workers, the demo and the benchmark.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRootCmd()
+	if err := root.ExecuteContext(ctx); err != nil {
+		var ee exitError
+		if errors.As(err, &ee) {
+			os.Exit(ee.code)
+		}
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+// exitError carries a process exit code for failures that were already reported.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// globalOptions are the flags every command shares.
+type globalOptions struct {
+	databaseURL string
+}
+
+func newRootCmd() *cobra.Command {
+	opts := &globalOptions{}
+	root := &cobra.Command{
+		Use:   "pgflow",
+		Short: "Postgres-native workflow engine for Go",
+		Long: `pgflow runs DAG workflows whose state lives in PostgreSQL and whose work travels through PGMQ queues.
+
+Start with 'pgflow demo' to see a flow run on a throwaway database.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&opts.databaseURL, "database-url", os.Getenv("DATABASE_URL"),
+		"PostgreSQL connection URL (default: $DATABASE_URL)")
+	root.AddCommand(
+		newMigrateCmd(opts),
+	)
+	return root
+}
+
+func (o *globalOptions) requireURL() (string, error) {
+	if o.databaseURL == "" {
+		return "", errors.New("no database: pass --database-url postgres://user@host/db or set DATABASE_URL")
+	}
+	return o.databaseURL, nil
+}
