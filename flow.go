@@ -1,0 +1,127 @@
+package pgflow
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+)
+
+// Flow is the definition of a workflow whose run input has type I: a slug, flow-level options and a DAG of
+// steps added with Step, Map and MapInput. Steps can only depend on steps added before them, so the order of
+// definition is a topological order and cycles are impossible.
+//
+// A Flow is a builder that accumulates steps and records every definition mistake instead of panicking; Err
+// returns them. Once the flow is used — Shape, CompileSQL or a worker start — it is frozen: a step added later
+// is not added and is recorded as an ErrFlowFrozen error, so a running definition never changes. A Flow is safe
+// for concurrent use.
+type Flow[I any] struct {
+	c *flowCore
+}
+
+// AnyFlow is implemented by every *Flow[I], whatever its input type; it lets non-generic code (a worker, a CLI,
+// a list of flows) hold flows of different input types.
+type AnyFlow interface {
+	Slug() string
+	Err() error
+	Shape() (json.RawMessage, error)
+	CompileSQL() ([]string, error)
+	core() *flowCore
+}
+
+// flowCore is the non-generic state of a Flow.
+type flowCore struct {
+	slug string
+	opts optionValues // flow-level: only maxAttempts, baseDelay, timeout are ever set
+
+	mu     sync.Mutex
+	steps  []*stepDef // in definition order (= step_index order)
+	bySlug map[string]*stepDef
+	errs   []error // *DefinitionError, in the order they were found
+	frozen bool
+}
+
+// NewFlow starts the definition of a flow. slug names the flow, its database rows and its queue: 1 to 47
+// characters (the PGMQ queue-name limit), ASCII letters, digits and '_', not starting with a digit, not "run".
+// Accepted options: MaxAttempts, BaseDelay, Timeout. Mistakes are recorded and reported by Err.
+func NewFlow[I any](slug string, opts ...Option) *Flow[I] {
+	c := &flowCore{slug: slug, bySlug: make(map[string]*stepDef)}
+	if detail := validateSlug(slug, maxFlowSlugLen); detail != "" {
+		c.errs = append(c.errs, &DefinitionError{Flow: slug, Err: ErrInvalidSlug, Detail: detail})
+	}
+	v, problems := applyOptions(opts, true)
+	for _, p := range problems {
+		c.errs = append(c.errs, &DefinitionError{Flow: slug, Err: p.kind, Detail: p.detail})
+	}
+	c.opts = v
+	return &Flow[I]{c: c}
+}
+
+// Slug returns the flow slug.
+func (f *Flow[I]) Slug() string { return f.c.slug }
+
+// Err returns every definition mistake recorded so far, joined with errors.Join (each one a *DefinitionError
+// naming the flow, the step and the bad value), or nil if the definition is valid.
+func (f *Flow[I]) Err() error { return f.c.err() }
+
+func (f *Flow[I]) core() *flowCore { return f.c }
+
+func (c *flowCore) err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return errors.Join(c.errs...)
+}
+
+// freeze marks the flow as used and returns a snapshot of its steps in definition order, or the recorded
+// definition errors. After freeze no step can be added.
+func (c *flowCore) freeze() ([]*stepDef, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.frozen = true
+	if len(c.errs) > 0 {
+		return nil, errors.Join(c.errs...)
+	}
+	return append([]*stepDef(nil), c.steps...), nil
+}
+
+// step returns the step with the given slug, or nil.
+func (c *flowCore) step(slug string) *stepDef {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bySlug[slug]
+}
+
+// recordLocked appends a definition error; c.mu must be held.
+func (c *flowCore) recordLocked(step string, kind error, detail string) {
+	c.errs = append(c.errs, &DefinitionError{Flow: c.slug, Step: step, Err: kind, Detail: detail})
+}
+
+const (
+	maxFlowSlugLen = 47  // PGMQ queue names are limited to 47 characters and a flow's queue is named like the flow
+	maxStepSlugLen = 128 // pgflow.is_valid_slug
+)
+
+var slugPattern = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
+// validateSlug checks a flow or step slug and returns "" or a description of the problem naming the slug.
+// The rules are those of pgflow.is_valid_slug, checked in this order: non-empty, at most maxLen characters, not
+// the reserved word "run", not starting with a digit, only ASCII letters, digits and '_'.
+func validateSlug(slug string, maxLen int) string {
+	switch {
+	case slug == "":
+		return "slug is empty"
+	case len(slug) > maxLen:
+		if maxLen == maxFlowSlugLen {
+			return fmt.Sprintf("%q is %d characters long; a flow slug names its queue and may have at most %d", slug, len(slug), maxLen)
+		}
+		return fmt.Sprintf("%q is %d characters long; at most %d allowed", slug, len(slug), maxLen)
+	case slug == "run":
+		return `"run" is a reserved word`
+	case slug[0] >= '0' && slug[0] <= '9':
+		return fmt.Sprintf("%q starts with a digit", slug)
+	case !slugPattern.MatchString(slug):
+		return fmt.Sprintf("%q may contain only ASCII letters, digits and '_'", slug)
+	}
+	return ""
+}

@@ -1,0 +1,287 @@
+package pgflow
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// WhenMode says what happens to a step whose condition is not met (WhenUnmet) or whose task ran out of attempts
+// (WhenExhausted).
+type WhenMode string
+
+const (
+	// Fail fails the step and with it the run.
+	Fail WhenMode = "fail"
+	// Skip marks the step skipped and lets the run continue; dependents see the step's output as absent
+	// (StepHandle.Output returns ErrDependencySkipped).
+	Skip WhenMode = "skip"
+	// SkipCascade skips the step and every step that depends on it, directly or transitively.
+	SkipCascade WhenMode = "skip-cascade"
+)
+
+func (m WhenMode) valid() bool { return m == Fail || m == Skip || m == SkipCascade }
+
+// Option configures a flow (NewFlow) or a step (Step, Map, MapInput). MaxAttempts, BaseDelay and Timeout are
+// accepted by both; StartDelay, If, IfNot, WhenUnmet, WhenExhausted and DependsOn only by steps. Options are
+// validated when the flow or step is defined; a bad option is recorded as a *DefinitionError (see Flow.Err).
+// The zero Option is invalid.
+type Option struct {
+	name     string // the constructor's name, e.g. "MaxAttempts"; used in error messages and duplicate detection
+	stepOnly bool
+	apply    func(v *optionValues) *optionProblem
+}
+
+// optionProblem is what an Option reports when its value is unacceptable; the caller turns it into a
+// *DefinitionError naming the flow and step.
+type optionProblem struct {
+	kind   error
+	detail string
+}
+
+// optionValues collects the options of one flow or step. Nil / empty means "not set" (the database default or
+// the flow's value applies).
+type optionValues struct {
+	maxAttempts   *int // attempts, >= 1
+	baseDelay     *int // seconds, >= 1
+	timeout       *int // seconds, >= 3
+	startDelay    *int // seconds, >= 0 (steps only)
+	ifPattern     json.RawMessage
+	ifNotPattern  json.RawMessage
+	whenUnmet     WhenMode
+	whenExhausted WhenMode
+	deps          []AnyStep // DependsOn arguments in order (steps only)
+}
+
+// Upper bound of every integer option: the SQL columns are int4.
+const maxSQLInt = math.MaxInt32
+
+// MaxAttempts sets how many times a task is attempted before WhenExhausted applies (n >= 1). On a flow it is the
+// default for its steps (database default 3); on a step it overrides the flow's value.
+func MaxAttempts(n int) Option {
+	return Option{name: "MaxAttempts", apply: func(v *optionValues) *optionProblem {
+		if n < 1 || n > maxSQLInt {
+			return &optionProblem{ErrOptionOutOfRange, fmt.Sprintf("MaxAttempts(%d): must be between 1 and %d", n, maxSQLInt)}
+		}
+		v.maxAttempts = &n
+		return nil
+	}}
+}
+
+// BaseDelay sets the base of the exponential retry delay, a whole number of seconds >= 1 s. The database waits
+// floor(baseDelay * 2^attempts) seconds before retrying a failed task, so the first retry waits 2 × BaseDelay.
+// Database default on a flow: 5 s.
+func BaseDelay(d time.Duration) Option {
+	return Option{name: "BaseDelay", apply: func(v *optionValues) *optionProblem {
+		s, p := wholeSeconds("BaseDelay", d, 1)
+		if p != nil {
+			return p
+		}
+		v.baseDelay = &s
+		return nil
+	}}
+}
+
+// Timeout sets the task timeout, a whole number of seconds >= 3 s: while a task runs its message stays
+// invisible for Timeout + 2 s, and a task started longer than the timeout + 30 s ago is considered stalled and
+// requeued. Handlers are not cancelled at the timeout. Database default on a flow: 60 s.
+func Timeout(d time.Duration) Option {
+	return Option{name: "Timeout", apply: func(v *optionValues) *optionProblem {
+		s, p := wholeSeconds("Timeout", d, 3)
+		if p != nil {
+			return p
+		}
+		v.timeout = &s
+		return nil
+	}}
+}
+
+// StartDelay delays the first delivery of a step's tasks once the step becomes ready (whole seconds >= 0).
+// Retries are not delayed by it. Step option only.
+func StartDelay(d time.Duration) Option {
+	return Option{name: "StartDelay", stepOnly: true, apply: func(v *optionValues) *optionProblem {
+		s, p := wholeSeconds("StartDelay", d, 0)
+		if p != nil {
+			return p
+		}
+		v.startDelay = &s
+		return nil
+	}}
+}
+
+// If makes the step run only when its condition input contains pattern (PostgreSQL jsonb containment, @>).
+// The condition input is the flow input for a root step and the object {"<dep slug>": <dep output>, ...} of
+// the completed dependencies for a dependent step. pattern must marshal to a JSON object, e.g.
+// map[string]any{"fetch": map[string]any{"ok": true}}. Step option only.
+func If(pattern any) Option {
+	return Option{name: "If", stepOnly: true, apply: func(v *optionValues) *optionProblem {
+		raw, p := patternJSON("If", pattern)
+		if p != nil {
+			return p
+		}
+		v.ifPattern = raw
+		return nil
+	}}
+}
+
+// IfNot makes the step run only when its condition input does NOT contain pattern (see If). If and IfNot
+// together must both pass. IfNot(map[string]any{"dep": map[string]any{}}) runs the step only when "dep" was
+// skipped. Step option only.
+func IfNot(pattern any) Option {
+	return Option{name: "IfNot", stepOnly: true, apply: func(v *optionValues) *optionProblem {
+		raw, p := patternJSON("IfNot", pattern)
+		if p != nil {
+			return p
+		}
+		v.ifNotPattern = raw
+		return nil
+	}}
+}
+
+// WhenUnmet says what happens when the step's If/IfNot condition is not met (database default Skip). It is
+// only allowed together with If or IfNot. Step option only.
+func WhenUnmet(mode WhenMode) Option {
+	return Option{name: "WhenUnmet", stepOnly: true, apply: func(v *optionValues) *optionProblem {
+		if !mode.valid() {
+			return &optionProblem{ErrInvalidOption, fmt.Sprintf("WhenUnmet(%q): mode must be %q, %q or %q", string(mode), Fail, Skip, SkipCascade)}
+		}
+		v.whenUnmet = mode
+		return nil
+	}}
+}
+
+// WhenExhausted says what happens when a task of the step fails on its last attempt (database default Fail).
+// Step option only.
+func WhenExhausted(mode WhenMode) Option {
+	return Option{name: "WhenExhausted", stepOnly: true, apply: func(v *optionValues) *optionProblem {
+		if !mode.valid() {
+			return &optionProblem{ErrInvalidOption, fmt.Sprintf("WhenExhausted(%q): mode must be %q, %q or %q", string(mode), Fail, Skip, SkipCascade)}
+		}
+		v.whenExhausted = mode
+		return nil
+	}}
+}
+
+// DependsOn makes the step depend on the given steps of the same flow: it becomes ready when all of them have
+// completed (or were skipped), and its handler reads their outputs with StepHandle.Output. May be given more
+// than once; the dependencies accumulate in order. A Map step already depends on the step it maps over and
+// accepts no other dependency; a MapInput step accepts none. Step option only.
+func DependsOn(steps ...AnyStep) Option {
+	return Option{name: "DependsOn", stepOnly: true, apply: func(v *optionValues) *optionProblem {
+		if len(steps) == 0 {
+			return &optionProblem{ErrInvalidOption, "DependsOn(): needs at least one step"}
+		}
+		v.deps = append(v.deps, steps...)
+		return nil
+	}}
+}
+
+// applyOptions applies opts in order and returns every problem found: zero Options, step options used on a flow,
+// options given twice (DependsOn excepted) and the options' own validation failures.
+func applyOptions(opts []Option, forFlow bool) (optionValues, []*optionProblem) {
+	var v optionValues
+	var problems []*optionProblem
+	seen := make(map[string]bool, len(opts))
+	for i, o := range opts {
+		if o.apply == nil {
+			problems = append(problems, &optionProblem{ErrInvalidOption, fmt.Sprintf("unknown option at position %d (zero Option value)", i+1)})
+			continue
+		}
+		if forFlow && o.stepOnly {
+			problems = append(problems, &optionProblem{ErrInvalidOption, fmt.Sprintf("%s is a step option and cannot be used on a flow", o.name)})
+			continue
+		}
+		if o.name != "DependsOn" && seen[o.name] {
+			problems = append(problems, &optionProblem{ErrInvalidOption, fmt.Sprintf("%s given more than once", o.name)})
+			continue
+		}
+		seen[o.name] = true
+		if p := o.apply(&v); p != nil {
+			problems = append(problems, p)
+		}
+	}
+	if !forFlow && v.whenUnmet != "" && v.ifPattern == nil && v.ifNotPattern == nil {
+		problems = append(problems, &optionProblem{ErrInvalidOption, fmt.Sprintf("WhenUnmet(%q) requires If or IfNot", string(v.whenUnmet))})
+	}
+	return v, problems
+}
+
+// wholeSeconds converts d to seconds, requiring a whole number of seconds in [min, maxSQLInt].
+func wholeSeconds(name string, d time.Duration, min int) (int, *optionProblem) {
+	if d%time.Second != 0 {
+		return 0, &optionProblem{ErrOptionOutOfRange, fmt.Sprintf("%s(%s): must be a whole number of seconds", name, d)}
+	}
+	s := int64(d / time.Second)
+	if s < int64(min) || s > maxSQLInt {
+		return 0, &optionProblem{ErrOptionOutOfRange, fmt.Sprintf("%s(%s): must be between %ds and %ds", name, d, min, maxSQLInt)}
+	}
+	return int(s), nil
+}
+
+// patternJSON marshals a condition pattern and returns its canonical JSON (object keys sorted, no insignificant
+// whitespace, numbers as written). The pattern must be a JSON object and must not contain the character U+0000,
+// which PostgreSQL's jsonb cannot store.
+func patternJSON(name string, pattern any) (json.RawMessage, *optionProblem) {
+	if pattern == nil {
+		return nil, &optionProblem{ErrInvalidOption, name + "(nil): pattern must be a JSON object"}
+	}
+	raw, err := json.Marshal(pattern)
+	if err != nil {
+		return nil, &optionProblem{ErrInvalidOption, fmt.Sprintf("%s(%T): pattern does not marshal to JSON: %v", name, pattern, err)}
+	}
+	canon, val, err := canonicalJSON(raw)
+	if err != nil {
+		return nil, &optionProblem{ErrInvalidOption, fmt.Sprintf("%s(%s): %v", name, raw, err)}
+	}
+	if _, ok := val.(map[string]any); !ok {
+		return nil, &optionProblem{ErrInvalidOption, fmt.Sprintf("%s(%s): pattern must be a JSON object", name, canon)}
+	}
+	if containsNUL(val) {
+		return nil, &optionProblem{ErrInvalidOption, fmt.Sprintf("%s(%s): pattern contains \\u0000, which PostgreSQL jsonb cannot store", name, canon)}
+	}
+	return canon, nil
+}
+
+// canonicalJSON decodes raw (keeping numbers as written) and re-encodes it with sorted object keys, no
+// insignificant whitespace and no HTML escaping. It returns the canonical bytes and the decoded value.
+func canonicalJSON(raw []byte) (json.RawMessage, any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var val any
+	if err := dec.Decode(&val); err != nil {
+		return nil, nil, err
+	}
+	if dec.More() {
+		return nil, nil, fmt.Errorf("trailing data after JSON value")
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(val); err != nil {
+		return nil, nil, err
+	}
+	return json.RawMessage(bytes.TrimSuffix(buf.Bytes(), []byte("\n"))), val, nil
+}
+
+func containsNUL(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return strings.ContainsRune(x, 0)
+	case []any:
+		for _, e := range x {
+			if containsNUL(e) {
+				return true
+			}
+		}
+	case map[string]any:
+		for k, e := range x {
+			if strings.ContainsRune(k, 0) || containsNUL(e) {
+				return true
+			}
+		}
+	}
+	return false
+}
