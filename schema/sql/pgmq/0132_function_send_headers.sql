@@ -1,0 +1,8 @@
+-- Enqueues one message with headers, visible at once; returns its msg_id.
+create function pgmq.send(queue_name text, msg jsonb, headers jsonb)
+returns setof bigint
+language sql
+set search_path = ''
+as $body$
+    select pgmq.send(queue_name, msg, headers, clock_timestamp());
+$body$;

@@ -1,0 +1,8 @@
+-- Enqueues one message with headers, invisible for delay seconds; returns its msg_id.
+create function pgmq.send(queue_name text, msg jsonb, headers jsonb, delay integer)
+returns setof bigint
+language sql
+set search_path = ''
+as $body$
+    select pgmq.send(queue_name, msg, headers, clock_timestamp() + make_interval(secs => delay));
+$body$;

@@ -1,0 +1,8 @@
+-- Enqueues msgs with matching headers, visible at once; returns the msg_ids in array order.
+create function pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[])
+returns setof bigint
+language sql
+set search_path = ''
+as $body$
+    select pgmq.send_batch(queue_name, msgs, headers, clock_timestamp());
+$body$;

@@ -1,0 +1,8 @@
+-- Enqueues msgs without headers, invisible until the given time; returns the msg_ids in array order.
+create function pgmq.send_batch(queue_name text, msgs jsonb[], delay timestamptz)
+returns setof bigint
+language sql
+set search_path = ''
+as $body$
+    select pgmq.send_batch(queue_name, msgs, null::jsonb[], delay);
+$body$;
