@@ -1,3 +1,9 @@
+// Package pgtest gives every test its own PostgreSQL database.
+//
+// Unless PGFLOW_TEST_DATABASE_URL names a server, the first test that asks for a database starts a throwaway
+// cluster (internal/pgcluster) that disappears with the test binary, also after a panic or a kill. Databases are
+// cloned from templates built once per test binary (CREATE DATABASE … TEMPLATE), so tests can call t.Parallel()
+// and never see each other's rows.
 package pgtest
 
 import (
@@ -14,8 +20,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgflow-go/pgflow/internal/pgcluster"
 	"github.com/pgflow-go/pgflow/schema"
 )
+
+// EnvDatabaseURL names an existing server to use instead of a throwaway cluster. The role must be allowed to
+// create databases.
+const EnvDatabaseURL = "PGFLOW_TEST_DATABASE_URL"
 
 // EnvPGMQ chooses how test databases get PGMQ: "auto" (default), "extension" or "bundled".
 const EnvPGMQ = "PGFLOW_PGMQ"
@@ -67,11 +78,11 @@ func getServer() (*server, error) {
 func openServer(ctx context.Context) (*server, error) {
 	rawURL := os.Getenv(EnvDatabaseURL)
 	if rawURL == "" {
-		c, err := startCluster(ctx)
+		c, err := pgcluster.Start(ctx, pgcluster.Options{})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("pgtest: %w (or set %s)", err, EnvDatabaseURL)
 		}
-		rawURL = c.adminURL()
+		rawURL = c.AdminURL()
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
@@ -102,7 +113,7 @@ func (s *server) dropLeftoverDatabases(ctx context.Context) {
 		if _, err := fmt.Sscanf(strings.TrimPrefix(name, "pgflow_t"), "%d_", &pid); err != nil || pid == os.Getpid() {
 			continue
 		}
-		if !processAlive(pid) {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); os.IsNotExist(err) {
 			_, _ = s.admin.Exec(ctx, "drop database if exists "+pgx.Identifier{name}.Sanitize()+" with (force)")
 		}
 	}
@@ -228,12 +239,12 @@ func AdminURL(t testing.TB) string {
 // throwaway cluster uses, failing the test with an install hint when it is missing.
 func BinPath(t testing.TB, program string) string {
 	t.Helper()
-	dir, err := findBinDir()
+	dir, err := pgcluster.BinDir()
 	if err != nil {
-		t.Fatalf("%v", err)
+		t.Fatalf("pgtest: %v", err)
 	}
 	p := dir + "/" + program
-	if !isExecutable(p) {
+	if !pgcluster.IsExecutable(p) {
 		t.Fatalf("pgtest: %s not found in %s; install the PostgreSQL client programs (Debian: apt-get install postgresql-client)", program, dir)
 	}
 	return p

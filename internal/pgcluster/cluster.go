@@ -1,14 +1,12 @@
-// Package pgtest gives every test its own PostgreSQL database.
+// Package pgcluster starts throwaway PostgreSQL clusters from the machine's server binaries, for tests and for
+// `pgflow demo` / `pgflow bench`.
 //
-// Unless PGFLOW_TEST_DATABASE_URL names a server, the first test that asks for a database starts a throwaway
-// cluster from the machine's PostgreSQL binaries (initdb into a temporary directory, fsync and friends off, a unix
-// socket plus a free loopback port). A small reaper process stops the server and removes the directory as soon as
-// the test binary exits — normally, after a panic, or when it is killed — and leftovers of runs whose reaper was
-// itself killed are removed by the next run.
-//
-// Databases are cloned from templates built once per test binary (CREATE DATABASE … TEMPLATE), so tests can call
-// t.Parallel() and never see each other's rows.
-package pgtest
+// A cluster is initdb'd into a temporary directory and started with fsync, synchronous_commit and
+// full_page_writes off (unless durability is asked for), on a unix socket plus a free loopback port. A small
+// reaper process stops the server and removes the directory as soon as the owning process exits — normally,
+// after a panic, or when it is killed — and leftovers of runs whose reaper was itself killed are removed by the
+// next start.
+package pgcluster
 
 import (
 	"bytes"
@@ -29,30 +27,46 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// EnvDatabaseURL names an existing server to use instead of a throwaway cluster. The role must be allowed to
-// create databases.
-const EnvDatabaseURL = "PGFLOW_TEST_DATABASE_URL"
+const dirPrefix = "pgflow-cluster-"
 
-const dirPrefix = "pgflow-pgtest-"
-
-// cluster is a throwaway PostgreSQL server owned by this test binary.
-type cluster struct {
-	dir     string // run directory: data/, sock/, server.log, owner.pid
-	port    int
-	sockDir string
+// Cluster is a throwaway PostgreSQL server owned by this process.
+type Cluster struct {
+	dir       string // run directory: data/, sock/, server.log, owner.pid
+	port      int
+	sockDir   string
+	serverPID int
 }
 
-// adminURL is a URL for the superuser on the maintenance database.
-func (c *cluster) adminURL() string {
-	return c.urlFor("postgres")
+// Options tune a cluster.
+type Options struct {
+	// Durable keeps fsync, synchronous_commit and full_page_writes on, as in production (benchmarks).
+	Durable bool
 }
 
-func (c *cluster) urlFor(db string) string {
+// AdminURL is a URL for the superuser on the maintenance database "postgres".
+func (c *Cluster) AdminURL() string {
+	return c.URL("postgres")
+}
+
+// URL returns a connection URL for database db as the superuser "postgres".
+func (c *Cluster) URL(db string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, db)
 }
 
-// findBinDir locates a directory holding initdb and postgres.
-func findBinDir() (string, error) {
+// Dir is the cluster's run directory (data/, server.log).
+func (c *Cluster) Dir() string { return c.dir }
+
+// Stop shuts the server down at once and removes its directory. The reaper would do the same when the process
+// exits; Stop makes it happen now.
+func (c *Cluster) Stop() {
+	_ = syscall.Kill(c.serverPID, syscall.SIGQUIT)
+	waitGone(c.serverPID, 10*time.Second)
+	_ = syscall.Kill(c.serverPID, syscall.SIGKILL)
+	_ = os.RemoveAll(c.dir)
+}
+
+// BinDir locates a directory holding the PostgreSQL server binaries (initdb, postgres, pg_dump…).
+func BinDir() (string, error) {
 	var candidates []string
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
 		candidates = append(candidates, strings.TrimSpace(string(out)))
@@ -65,13 +79,13 @@ func findBinDir() (string, error) {
 		candidates = append(candidates, filepath.Dir(p))
 	}
 	for _, dir := range candidates {
-		if isExecutable(filepath.Join(dir, "initdb")) && isExecutable(filepath.Join(dir, "postgres")) {
+		if IsExecutable(filepath.Join(dir, "initdb")) && IsExecutable(filepath.Join(dir, "postgres")) {
 			return dir, nil
 		}
 	}
-	return "", errors.New("pgtest: no PostgreSQL server binaries (initdb, postgres) found via pg_config --bindir, " +
-		"/usr/lib/postgresql/*/bin or PATH; install them (Debian: apt-get install postgresql) or set " +
-		EnvDatabaseURL + " to a server where this role may create databases")
+	return "", errors.New("no PostgreSQL server binaries (initdb, postgres) found via pg_config --bindir, " +
+		"/usr/lib/postgresql/*/bin or PATH; install them (Debian: apt-get install postgresql) or point the " +
+		"program at an existing server with a database URL")
 }
 
 func versionOf(binDir string) int {
@@ -79,7 +93,8 @@ func versionOf(binDir string) int {
 	return v
 }
 
-func isExecutable(path string) bool {
+// IsExecutable reports whether path is an executable file.
+func IsExecutable(path string) bool {
 	st, err := os.Stat(path)
 	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
 }
@@ -99,7 +114,7 @@ func serverUser() (*syscall.Credential, error) {
 		gid, _ := strconv.Atoi(u.Gid)
 		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 	}
-	return nil, errors.New("pgtest: running as root, but neither a 'postgres' nor a 'nobody' user exists to run the " +
+	return nil, errors.New("pgcluster: running as root, but neither a 'postgres' nor a 'nobody' user exists to run the " +
 		"server as (PostgreSQL refuses root); create one (useradd postgres) or run the tests as another user")
 }
 
@@ -118,7 +133,7 @@ func chownTree(root string, cred *syscall.Credential) error {
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, fmt.Errorf("pgtest: find a free port: %w", err)
+		return 0, fmt.Errorf("pgcluster: find a free port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
@@ -160,10 +175,10 @@ func waitGone(pid int, limit time.Duration) {
 	}
 }
 
-// startCluster runs initdb and starts a server that lives exactly as long as this process.
-func startCluster(ctx context.Context) (*cluster, error) {
+// Start runs initdb and starts a server that lives at most as long as this process.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	removeLeftovers()
-	binDir, err := findBinDir()
+	binDir, err := BinDir()
 	if err != nil {
 		return nil, err
 	}
@@ -173,17 +188,17 @@ func startCluster(ctx context.Context) (*cluster, error) {
 	}
 	dir, err := os.MkdirTemp("", dirPrefix)
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: create run directory: %w", err)
+		return nil, fmt.Errorf("pgcluster: create run directory: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-		return nil, fmt.Errorf("pgtest: write owner.pid: %w", err)
+		return nil, fmt.Errorf("pgcluster: write owner.pid: %w", err)
 	}
-	c := &cluster{dir: dir, sockDir: filepath.Join(dir, "sock")}
+	c := &Cluster{dir: dir, sockDir: filepath.Join(dir, "sock")}
 	if err := os.Mkdir(c.sockDir, 0o700); err != nil {
-		return nil, fmt.Errorf("pgtest: create socket directory: %w", err)
+		return nil, fmt.Errorf("pgcluster: create socket directory: %w", err)
 	}
 	if err := chownTree(dir, cred); err != nil {
-		return nil, fmt.Errorf("pgtest: hand %s to the server user: %w", dir, err)
+		return nil, fmt.Errorf("pgcluster: hand %s to the server user: %w", dir, err)
 	}
 	dataDir := filepath.Join(dir, "data")
 	initdb := exec.CommandContext(ctx, filepath.Join(binDir, "initdb"), "-D", dataDir, "-U", "postgres",
@@ -191,7 +206,7 @@ func startCluster(ctx context.Context) (*cluster, error) {
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	if out, err := initdb.CombinedOutput(); err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("pgtest: initdb in %s failed: %w\n%s", dataDir, err, out)
+		return nil, fmt.Errorf("pgcluster: initdb in %s failed: %w\n%s", dataDir, err, out)
 	}
 
 	// A port picked this way can be taken by someone else before the server binds it; retry a few times.
@@ -200,7 +215,7 @@ func startCluster(ctx context.Context) (*cluster, error) {
 		if err != nil {
 			return nil, err
 		}
-		err = c.startServer(ctx, binDir, dataDir, cred)
+		err = c.startServer(ctx, binDir, dataDir, cred, opts)
 		if err == nil || attempt == 3 {
 			break
 		}
@@ -212,37 +227,39 @@ func startCluster(ctx context.Context) (*cluster, error) {
 	return c, nil
 }
 
-func (c *cluster) startServer(ctx context.Context, binDir, dataDir string, cred *syscall.Credential) error {
+func (c *Cluster) startServer(ctx context.Context, binDir, dataDir string, cred *syscall.Credential, opts Options) error {
 	logPath := filepath.Join(c.dir, "server.log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 	if err != nil {
-		return fmt.Errorf("pgtest: open server log: %w", err)
+		return fmt.Errorf("pgcluster: open server log: %w", err)
 	}
 	defer logFile.Close()
 	if cred != nil {
 		_ = os.Chown(logPath, int(cred.Uid), int(cred.Gid))
 	}
-	server := exec.Command(filepath.Join(binDir, "postgres"),
+	args := []string{
 		"-D", dataDir,
 		"-p", strconv.Itoa(c.port),
 		"-k", c.sockDir,
 		"-c", "listen_addresses=127.0.0.1",
-		"-c", "fsync=off",
-		"-c", "synchronous_commit=off",
-		"-c", "full_page_writes=off",
 		"-c", "max_connections=300",
 		"-c", "shared_buffers=128MB",
 		"-c", "log_min_messages=warning",
 		"-c", "max_locks_per_transaction=256",
-	)
+	}
+	if !opts.Durable {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	server := exec.Command(filepath.Join(binDir, "postgres"), args...)
 	// The server gets its own session so that Ctrl-C on the test's terminal reaches the reaper's cleanup, not
 	// the server directly, and it never holds the test binary's output pipes (go test waits on those).
 	server.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setsid: true}
 	server.Stdout, server.Stderr = logFile, logFile
 	if err := server.Start(); err != nil {
-		return fmt.Errorf("pgtest: start postgres: %w", err)
+		return fmt.Errorf("pgcluster: start postgres: %w", err)
 	}
-	go func() { _ = server.Wait() }() // reap the child; the reaper or the next run stops it
+	c.serverPID = server.Process.Pid
+	go func() { _ = server.Wait() }() // reap the child; Stop, the reaper or the next run stops it
 	if err := c.startReaper(server.Process.Pid, cred); err != nil {
 		_ = server.Process.Signal(syscall.SIGQUIT)
 		return err
@@ -253,14 +270,14 @@ func (c *cluster) startServer(ctx context.Context, binDir, dataDir string, cred 
 		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", c.port), time.Second)
 		if err == nil {
 			conn.Close()
-			if err := pingSQL(ctx, c.adminURL()); err == nil {
+			if err := pingSQL(ctx, c.AdminURL()); err == nil {
 				return nil
 			}
 		}
 		if !processAlive(server.Process.Pid) || time.Now().After(deadline) || ctx.Err() != nil {
 			logText, _ := os.ReadFile(logPath)
 			_ = server.Process.Signal(syscall.SIGQUIT)
-			return fmt.Errorf("pgtest: postgres on port %d did not become ready; server log:\n%s", c.port,
+			return fmt.Errorf("pgcluster: postgres on port %d did not become ready; server log:\n%s", c.port,
 				bytes.TrimSpace(logText))
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -269,7 +286,7 @@ func (c *cluster) startServer(ctx context.Context, binDir, dataDir string, cred 
 
 // startReaper starts a detached shell that waits for this process to exit, then stops the server immediately and
 // removes the run directory. It survives panics, os.Exit and SIGKILL of the test binary.
-func (c *cluster) startReaper(serverPID int, cred *syscall.Credential) error {
+func (c *Cluster) startReaper(serverPID int, cred *syscall.Credential) error {
 	script := fmt.Sprintf(`while [ -e /proc/%d ]; do sleep 0.3; done
 kill -QUIT %d 2>/dev/null
 i=0; while [ -e /proc/%d ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
@@ -279,7 +296,7 @@ rm -rf %q`, os.Getpid(), serverPID, serverPID, serverPID, c.dir)
 	reaper.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setsid: true}
 	reaper.Stdin, reaper.Stdout, reaper.Stderr = nil, nil, nil
 	if err := reaper.Start(); err != nil {
-		return fmt.Errorf("pgtest: start reaper: %w", err)
+		return fmt.Errorf("pgcluster: start reaper: %w", err)
 	}
 	go func() { _ = reaper.Wait() }()
 	return nil
