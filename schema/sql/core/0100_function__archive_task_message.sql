@@ -1,0 +1,25 @@
+-- pgflow._archive_task_message(p_run_id, p_step_slug, p_task_index) guarantees: the task's PGMQ message (if it has
+-- one and it is still in the queue) is moved to the archive of the queue named after the run's flow. Unknown
+-- tasks and already archived messages are a no-op. Nothing else changes.
+create or replace function pgflow._archive_task_message(p_run_id uuid, p_step_slug text, p_task_index integer)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_flow_slug  text;
+  v_message_id bigint;
+begin
+  select t.flow_slug, t.message_id
+    into v_flow_slug, v_message_id
+    from pgflow.step_tasks as t
+   where t.run_id = p_run_id
+     and t.step_slug = p_step_slug
+     and t.task_index = p_task_index;
+
+  if v_message_id is not null then
+    perform pgmq.archive(v_flow_slug, v_message_id);
+  end if;
+end;
+$$;

@@ -1,0 +1,248 @@
+-- pgflow.fail_task(run_id, step_slug, task_index, error_message) guarantees (returns the task row; none if
+-- unknown):
+--   * rows are locked in the order run, step state, task (as in complete_task and requeue_stalled_tasks);
+--   * failed run: a 'started' task becomes 'failed' with the message and its queue message is archived; no retry,
+--     no event;
+--   * step not 'started' (late or replayed callback): this task's message is archived, nothing else changes (no
+--     double decrement, no event);
+--   * task not 'started': nothing changes at all, the message keeps its visibility (upstream pgflow pushed it by
+--     the retry delay);
+--   * attempts left (attempts_count < coalesce(step, flow) opt_max_attempts, and the task was not given up as
+--     permanently stalled): the task goes back to 'queued' (started_at NULL, error_message kept) and its message
+--     becomes visible after pgflow.calculate_retry_delay(coalesce(step, flow) opt_base_delay, attempts_count)
+--     seconds from now; no event;
+--   * exhausted: the task becomes 'failed' and its message is archived, then per the step's when_exhausted:
+--     'fail' -> step and run fail, step:failed then run:failed, every queued/started message of the run archived;
+--     'skip' -> step skipped (handler_failed, error_message kept), sibling messages archived, step:skipped,
+--     dependents released (map dependents get 0 tasks), conditions, taskless cascade, ready steps start, the run
+--     may complete; 'skip-cascade' -> like 'skip' but every dependent is skipped (dependency_skipped).
+create or replace function pgflow.fail_task(run_id uuid, step_slug text, task_index integer, error_message text)
+returns setof pgflow.step_tasks
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_run            pgflow.runs;
+  v_state          pgflow.step_states;
+  v_task           pgflow.step_tasks;
+  v_max_attempts   integer;
+  v_base_delay     integer;
+  v_when_exhausted text;
+  v_msg_ids        bigint[];
+begin
+  select r.* into v_run from pgflow.runs as r where r.run_id = fail_task.run_id for update;
+  if not found then
+    return;
+  end if;
+
+  select ss.* into v_state
+    from pgflow.step_states as ss
+   where ss.run_id = fail_task.run_id and ss.step_slug = fail_task.step_slug
+     for update;
+
+  select t.* into v_task
+    from pgflow.step_tasks as t
+   where t.run_id = fail_task.run_id
+     and t.step_slug = fail_task.step_slug
+     and t.task_index = fail_task.task_index
+     for update;
+  if not found then
+    return;
+  end if;
+
+  -- Failed run: record the failure of a running task, never retry.
+  if v_run.status = 'failed' then
+    if v_task.status = 'started' then
+      update pgflow.step_tasks as t
+         set status = 'failed',
+             failed_at = now(),
+             error_message = fail_task.error_message
+       where t.run_id = fail_task.run_id
+         and t.step_slug = fail_task.step_slug
+         and t.task_index = fail_task.task_index
+      returning t.* into v_task;
+    end if;
+    if v_task.message_id is not null then
+      perform pgmq.archive(v_run.flow_slug, v_task.message_id);
+    end if;
+    return next v_task;
+    return;
+  end if;
+
+  -- Late or replayed callback for a step that is no longer running.
+  if v_state.status is distinct from 'started' then
+    if v_task.message_id is not null then
+      perform pgmq.archive(v_run.flow_slug, v_task.message_id);
+    end if;
+    return next v_task;
+    return;
+  end if;
+
+  -- Only a started task can fail.
+  if v_task.status <> 'started' then
+    return next v_task;
+    return;
+  end if;
+
+  select coalesce(s.opt_max_attempts, f.opt_max_attempts),
+         coalesce(s.opt_base_delay, f.opt_base_delay),
+         s.when_exhausted
+    into v_max_attempts, v_base_delay, v_when_exhausted
+    from pgflow.steps as s
+    join pgflow.flows as f on f.flow_slug = s.flow_slug
+   where s.flow_slug = v_run.flow_slug and s.step_slug = fail_task.step_slug;
+
+  -- Retry.
+  if v_task.attempts_count < v_max_attempts and v_task.permanently_stalled_at is null then
+    update pgflow.step_tasks as t
+       set status = 'queued',
+           started_at = null,
+           failed_at = null,
+           error_message = fail_task.error_message
+     where t.run_id = fail_task.run_id
+       and t.step_slug = fail_task.step_slug
+       and t.task_index = fail_task.task_index
+    returning t.* into v_task;
+
+    if v_task.message_id is not null then
+      perform pgmq.set_vt(v_run.flow_slug, v_task.message_id,
+                          pgflow.calculate_retry_delay(v_base_delay, v_task.attempts_count));
+    end if;
+    return next v_task;
+    return;
+  end if;
+
+  -- Exhausted.
+  update pgflow.step_tasks as t
+     set status = 'failed',
+         failed_at = now(),
+         error_message = fail_task.error_message
+   where t.run_id = fail_task.run_id
+     and t.step_slug = fail_task.step_slug
+     and t.task_index = fail_task.task_index
+  returning t.* into v_task;
+
+  if v_task.message_id is not null then
+    perform pgmq.archive(v_run.flow_slug, v_task.message_id);
+  end if;
+
+  if v_when_exhausted = 'fail' then
+    update pgflow.step_states as ss
+       set status = 'failed',
+           failed_at = now(),
+           error_message = fail_task.error_message
+     where ss.run_id = fail_task.run_id and ss.step_slug = fail_task.step_slug
+    returning ss.* into v_state;
+
+    update pgflow.runs as r
+       set status = 'failed',
+           failed_at = now()
+     where r.run_id = fail_task.run_id
+    returning r.* into v_run;
+
+    perform pgflow._emit_event(
+      jsonb_build_object(
+        'event_type', 'step:failed',
+        'run_id', v_state.run_id,
+        'flow_slug', v_state.flow_slug,
+        'step_slug', v_state.step_slug,
+        'status', v_state.status,
+        'error_message', v_state.error_message,
+        'failed_at', v_state.failed_at),
+      'step:' || v_state.step_slug || ':failed',
+      v_state.run_id);
+
+    perform pgflow._emit_event(
+      jsonb_build_object(
+        'event_type', 'run:failed',
+        'run_id', v_run.run_id,
+        'flow_slug', v_run.flow_slug,
+        'status', v_run.status,
+        'error_message', fail_task.error_message,
+        'failed_at', v_run.failed_at),
+      'run:failed',
+      v_run.run_id);
+
+    select array_agg(t.message_id order by t.message_id) into v_msg_ids
+      from pgflow.step_tasks as t
+     where t.run_id = fail_task.run_id
+       and t.status in ('queued', 'started')
+       and t.message_id is not null;
+    if v_msg_ids is not null then
+      perform pgmq.archive(v_run.flow_slug, v_msg_ids);
+    end if;
+
+    return next v_task;
+    return;
+  end if;
+
+  -- when_exhausted 'skip' or 'skip-cascade': the step is skipped, the run goes on.
+  update pgflow.step_states as ss
+     set status = 'skipped',
+         skip_reason = 'handler_failed',
+         skipped_at = now(),
+         error_message = fail_task.error_message,
+         remaining_tasks = null,
+         failed_at = null
+   where ss.run_id = fail_task.run_id and ss.step_slug = fail_task.step_slug
+  returning ss.* into v_state;
+
+  update pgflow.runs as r
+     set remaining_steps = r.remaining_steps - 1
+   where r.run_id = fail_task.run_id;
+
+  select array_agg(t.message_id order by t.message_id) into v_msg_ids
+    from pgflow.step_tasks as t
+   where t.run_id = fail_task.run_id
+     and t.step_slug = fail_task.step_slug
+     and t.status in ('queued', 'started')
+     and t.message_id is not null;
+  if v_msg_ids is not null then
+    perform pgmq.archive(v_run.flow_slug, v_msg_ids);
+  end if;
+
+  perform pgflow._emit_event(
+    jsonb_build_object(
+      'event_type', 'step:skipped',
+      'run_id', v_state.run_id,
+      'flow_slug', v_state.flow_slug,
+      'step_slug', v_state.step_slug,
+      'status', v_state.status,
+      'skip_reason', v_state.skip_reason,
+      'error_message', v_state.error_message,
+      'skipped_at', v_state.skipped_at),
+    'step:' || v_state.step_slug || ':skipped',
+    v_state.run_id);
+
+  if v_when_exhausted = 'skip-cascade' then
+    perform pgflow._cascade_force_skip_steps(fail_task.run_id, fail_task.step_slug, 'handler_failed');
+  else
+    update pgflow.step_states as cs
+       set remaining_deps = cs.remaining_deps - 1,
+           initial_tasks = case
+                             when c.step_type = 'map' and c.deps_count = 1 and cs.status = 'created' then 0
+                             else cs.initial_tasks
+                           end
+      from pgflow.deps as d
+      join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
+     where d.flow_slug = v_run.flow_slug
+       and d.dep_slug = fail_task.step_slug
+       and cs.run_id = fail_task.run_id
+       and cs.step_slug = d.step_slug;
+
+    if not pgflow.cascade_resolve_conditions(fail_task.run_id) then
+      perform pgflow._archive_task_message(fail_task.run_id, fail_task.step_slug, fail_task.task_index);
+      return next v_task;
+      return;
+    end if;
+
+    perform pgflow.cascade_complete_taskless_steps(fail_task.run_id);
+    perform pgflow.start_ready_steps(fail_task.run_id);
+  end if;
+
+  perform pgflow.maybe_complete_run(fail_task.run_id);
+
+  return next v_task;
+end;
+$$;

@@ -1,0 +1,107 @@
+-- pgflow.requeue_stalled_tasks() guarantees (run periodically by one worker per database, under an advisory lock;
+-- safe to run concurrently with itself and with callbacks):
+--   * a task is stalled when it is 'started', not given up, its run and step are still 'started', and it started
+--     more than the effective step timeout (steps.opt_timeout, else flows.opt_timeout) + 30 seconds ago (upstream
+--     pgflow used only the flow timeout);
+--   * a stalled task requeued fewer than 3 times goes back to 'queued' (started_at and last_worker_id cleared,
+--     requeued_count + 1, last_requeued_at now; attempts_count kept) and its message becomes visible at once;
+--     rows locked by someone else are skipped (FOR UPDATE SKIP LOCKED) and picked up on a later call;
+--   * a stalled task already requeued 3 times is given up: permanently_stalled_at is set and it fails through
+--     the ordinary failure path, pgflow.fail_task, as an exhausted task, so its step and run fail, or the step is
+--     skipped per when_exhausted (upstream pgflow left such runs 'started' forever);
+--   * returns the number of tasks requeued (not counting the ones given up).
+create or replace function pgflow.requeue_stalled_tasks()
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  v_requeued integer := 0;
+  v_queue    record;
+  v_task     record;
+begin
+  for v_queue in
+    with stalled as (
+      select t.run_id, t.step_slug, t.task_index
+        from pgflow.step_tasks as t
+        join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+        join pgflow.flows as f on f.flow_slug = t.flow_slug
+        join pgflow.runs as r on r.run_id = t.run_id
+        join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
+       where t.status = 'started'
+         and t.permanently_stalled_at is null
+         and t.requeued_count < 3
+         and r.status = 'started'
+         and ss.status = 'started'
+         and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
+         for update of t skip locked
+    ),
+    requeued as (
+      update pgflow.step_tasks as t
+         set status = 'queued',
+             started_at = null,
+             last_worker_id = null,
+             requeued_count = t.requeued_count + 1,
+             last_requeued_at = now()
+        from stalled as st
+       where t.run_id = st.run_id
+         and t.step_slug = st.step_slug
+         and t.task_index = st.task_index
+         and t.status = 'started'
+      returning t.flow_slug, t.message_id
+    )
+    select rq.flow_slug,
+           count(*)::integer as n,
+           array_agg(rq.message_id order by rq.message_id) filter (where rq.message_id is not null) as msg_ids
+      from requeued as rq
+     group by rq.flow_slug
+     order by rq.flow_slug
+  loop
+    v_requeued := v_requeued + v_queue.n;
+    if v_queue.msg_ids is not null then
+      perform pgflow.set_vt_batch(v_queue.flow_slug, v_queue.msg_ids,
+                                  array_fill(0, array[cardinality(v_queue.msg_ids)]));
+    end if;
+  end loop;
+
+  for v_task in
+    select t.run_id, t.step_slug, t.task_index, t.requeued_count,
+           coalesce(s.opt_timeout, f.opt_timeout) as timeout_seconds
+      from pgflow.step_tasks as t
+      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+      join pgflow.flows as f on f.flow_slug = t.flow_slug
+      join pgflow.runs as r on r.run_id = t.run_id
+      join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
+     where t.status = 'started'
+       and t.permanently_stalled_at is null
+       and t.requeued_count >= 3
+       and r.status = 'started'
+       and ss.status = 'started'
+       and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
+     order by t.run_id, s.step_index, t.task_index
+  loop
+    -- Lock the run first, like complete_task and fail_task, then re-check: a callback may have won meanwhile.
+    perform 1 from pgflow.runs as r where r.run_id = v_task.run_id for update;
+
+    update pgflow.step_tasks as t
+       set permanently_stalled_at = now()
+     where t.run_id = v_task.run_id
+       and t.step_slug = v_task.step_slug
+       and t.task_index = v_task.task_index
+       and t.status = 'started'
+       and t.permanently_stalled_at is null
+       and t.started_at < now() - make_interval(secs => v_task.timeout_seconds + 30);
+
+    if found then
+      perform pgflow.fail_task(
+        v_task.run_id, v_task.step_slug, v_task.task_index,
+        format('Task stalled: not finished within its timeout (%s s) + 30 s after %s requeues; given up by requeue_stalled_tasks',
+               v_task.timeout_seconds, v_task.requeued_count));
+    end if;
+  end loop;
+
+  return v_requeued;
+end;
+$$;

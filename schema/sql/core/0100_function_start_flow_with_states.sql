@@ -1,0 +1,23 @@
+-- pgflow.start_flow_with_states(flow_slug, input, run_id) guarantees: exactly pgflow.start_flow (same checks,
+-- same errors, same effects), then returns pgflow.get_run_with_states of the new run, i.e.
+-- {"run": <run row>, "steps": [<step state rows>]} as it is at the end of the start. SECURITY DEFINER so an
+-- operator can grant API users this one function instead of the tables.
+create or replace function pgflow.start_flow_with_states(flow_slug text, input jsonb, run_id uuid default null)
+returns jsonb
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  v_run_id uuid;
+begin
+  select r.run_id
+    into v_run_id
+    from pgflow.start_flow(start_flow_with_states.flow_slug, start_flow_with_states.input,
+                           start_flow_with_states.run_id) as r
+   limit 1;
+
+  return pgflow.get_run_with_states(v_run_id);
+end;
+$$;
