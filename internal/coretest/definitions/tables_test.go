@@ -1,0 +1,135 @@
+package definitions_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The column order, names and types are part of the API: select *, returning * and row-to-jsonb follow them.
+func TestTableColumns(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+
+	want := map[string]string{
+		"flows": "flow_slug text NOT NULL, opt_max_attempts integer NOT NULL 3, opt_base_delay integer NOT NULL 1, " +
+			"opt_timeout integer NOT NULL 60, created_at timestamp with time zone NOT NULL now()",
+		"steps": "flow_slug text NOT NULL, step_slug text NOT NULL, step_type text NOT NULL 'single'::text, " +
+			"step_index integer NOT NULL 0, deps_count integer NOT NULL 0, opt_max_attempts integer, " +
+			"opt_base_delay integer, opt_timeout integer, created_at timestamp with time zone NOT NULL now(), " +
+			"opt_start_delay integer, required_input_pattern jsonb, forbidden_input_pattern jsonb, " +
+			"when_unmet text NOT NULL 'skip'::text, when_exhausted text NOT NULL 'fail'::text",
+		"deps": "flow_slug text NOT NULL, dep_slug text NOT NULL, step_slug text NOT NULL, " +
+			"created_at timestamp with time zone NOT NULL now()",
+		"runs": "run_id uuid NOT NULL gen_random_uuid(), flow_slug text NOT NULL, status text NOT NULL 'started'::text, " +
+			"input jsonb NOT NULL, output jsonb, remaining_steps integer NOT NULL 0, " +
+			"started_at timestamp with time zone NOT NULL now(), completed_at timestamp with time zone, " +
+			"failed_at timestamp with time zone",
+		"step_states": "flow_slug text NOT NULL, run_id uuid NOT NULL, step_slug text NOT NULL, " +
+			"status text NOT NULL 'created'::text, remaining_tasks integer, remaining_deps integer NOT NULL 0, " +
+			"created_at timestamp with time zone NOT NULL now(), started_at timestamp with time zone, " +
+			"completed_at timestamp with time zone, failed_at timestamp with time zone, error_message text, " +
+			"initial_tasks integer, output jsonb, skip_reason text, skipped_at timestamp with time zone",
+		"step_tasks": "flow_slug text NOT NULL, run_id uuid NOT NULL, step_slug text NOT NULL, message_id bigint, " +
+			"task_index integer NOT NULL 0, status text NOT NULL 'queued'::text, attempts_count integer NOT NULL 0, " +
+			"error_message text, output jsonb, queued_at timestamp with time zone NOT NULL now(), " +
+			"completed_at timestamp with time zone, failed_at timestamp with time zone, " +
+			"started_at timestamp with time zone, last_worker_id uuid, requeued_count integer NOT NULL 0, " +
+			"last_requeued_at timestamp with time zone, permanently_stalled_at timestamp with time zone",
+		"workers": "worker_id uuid NOT NULL, queue_name text NOT NULL, function_name text NOT NULL, " +
+			"started_at timestamp with time zone NOT NULL now(), deprecated_at timestamp with time zone, " +
+			"last_heartbeat_at timestamp with time zone NOT NULL now(), stopped_at timestamp with time zone",
+		"worker_functions": "function_name text NOT NULL, enabled boolean NOT NULL true, " +
+			"debounce interval NOT NULL '00:00:06'::interval, last_invoked_at timestamp with time zone, " +
+			"created_at timestamp with time zone NOT NULL now(), updated_at timestamp with time zone NOT NULL now()",
+	}
+	for table, cols := range want {
+		got := queryVal[string](t, pool, `
+			select string_agg(
+			         concat_ws(' ', a.attname, format_type(a.atttypid, a.atttypmod),
+			                   case when a.attnotnull then 'NOT NULL' end, pg_get_expr(d.adbin, d.adrelid)),
+			         ', ' order by a.attnum)
+			from pg_attribute a
+			left join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
+			where a.attrelid = ('pgflow.' || $1)::regclass and a.attnum > 0 and not a.attisdropped`, table)
+		require.Equal(t, cols, got, table)
+	}
+	require.Equal(t, len(want), count(t, pool, `select 1 from pg_tables where schemaname = 'pgflow' and tablename <> all($1)`,
+		[]string{"schema_migrations"}), "no unexpected tables besides the migrator's")
+}
+
+func TestConstraintAndIndexNames(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+
+	wantConstraints := map[string]string{
+		"flows": "flows_pkey opt_base_delay_is_nonnegative opt_max_attempts_is_nonnegative opt_timeout_is_positive slug_is_valid",
+		"steps": "forbidden_input_pattern_is_object opt_base_delay_is_nonnegative opt_max_attempts_is_nonnegative " +
+			"opt_start_delay_is_nonnegative opt_timeout_is_positive required_input_pattern_is_object " +
+			"steps_deps_count_check steps_flow_slug_fkey steps_flow_slug_step_index_key steps_pkey " +
+			"steps_step_slug_check steps_step_type_check when_exhausted_is_valid when_unmet_is_valid",
+		"deps": "deps_check deps_flow_slug_dep_slug_fkey deps_flow_slug_fkey deps_flow_slug_step_slug_fkey deps_pkey",
+		"runs": "completed_at_is_after_started_at completed_at_or_failed_at failed_at_is_after_started_at " +
+			"runs_flow_slug_fkey runs_pkey runs_remaining_steps_check status_is_valid",
+		"step_states": "completed_at_is_after_started_at completed_at_or_failed_at_or_skipped_at " +
+			"failed_at_is_after_started_at initial_tasks_known_when_started output_only_for_completed_or_null " +
+			"remaining_tasks_state_consistency skip_reason_matches_status skipped_at_is_after_created_at " +
+			"started_at_is_after_created_at status_and_remaining_tasks_match status_is_valid " +
+			"step_states_flow_slug_fkey step_states_flow_slug_step_slug_fkey step_states_initial_tasks_check " +
+			"step_states_pkey step_states_remaining_deps_check step_states_run_id_fkey",
+		"step_tasks": "attempts_count_nonnegative completed_at_is_after_queued_at completed_at_is_after_started_at " +
+			"completed_at_or_failed_at failed_at_is_after_queued_at failed_at_is_after_started_at " +
+			"output_valid_only_for_completed started_at_is_after_queued_at step_tasks_flow_slug_fkey " +
+			"step_tasks_last_worker_id_fkey step_tasks_pkey step_tasks_run_id_fkey step_tasks_run_id_step_slug_fkey valid_status",
+		"workers":          "workers_pkey",
+		"worker_functions": "worker_functions_debounce_check worker_functions_pkey",
+	}
+	for table, names := range wantConstraints {
+		got := queryVal[string](t, pool, `
+			select string_agg(conname, ' ' order by conname collate "C")
+			from pg_constraint where conrelid = ('pgflow.' || $1)::regclass`, table)
+		require.Equal(t, names, got, table)
+	}
+
+	wantIndexes := strings.Join([]string{
+		"deps: deps_pkey idx_deps_by_flow_dep idx_deps_by_flow_step",
+		"flows: flows_pkey",
+		"runs: idx_runs_flow_slug idx_runs_status runs_pkey",
+		"step_states: idx_step_states_failed idx_step_states_flow_slug idx_step_states_ready idx_step_states_run_id " +
+			"idx_step_states_skipped step_states_pkey",
+		"step_tasks: idx_step_tasks_completed idx_step_tasks_failed idx_step_tasks_flow_run_step idx_step_tasks_last_worker " +
+			"idx_step_tasks_message_id idx_step_tasks_queued idx_step_tasks_queued_msg idx_step_tasks_started step_tasks_pkey",
+		"steps: steps_flow_slug_step_index_key steps_pkey",
+		"worker_functions: worker_functions_pkey",
+		"workers: idx_workers_heartbeat idx_workers_queue_name workers_pkey",
+	}, "\n")
+	got := queryVal[string](t, pool, `
+		select string_agg(line, E'\n' order by line)
+		from (select tablename || ': ' || string_agg(indexname, ' ' order by indexname collate "C") as line
+		      from pg_indexes where schemaname = 'pgflow' and tablename in
+		        ('flows', 'steps', 'deps', 'runs', 'step_states', 'step_tasks', 'workers', 'worker_functions')
+		      group by tablename) as t`)
+	require.Equal(t, wantIndexes, got)
+
+	// Partial index predicates and key columns matter for the planner; pin the less obvious ones.
+	require.Equal(t, "CREATE INDEX idx_step_states_ready ON pgflow.step_states USING btree (run_id, status, remaining_deps) "+
+		"WHERE ((status = 'created'::text) AND (remaining_deps = 0))",
+		queryVal[string](t, pool, `select indexdef from pg_indexes where indexname = 'idx_step_states_ready'`))
+	require.Equal(t, "CREATE INDEX idx_step_tasks_last_worker ON pgflow.step_tasks USING btree (last_worker_id) "+
+		"WHERE (status = 'started'::text)",
+		queryVal[string](t, pool, `select indexdef from pg_indexes where indexname = 'idx_step_tasks_last_worker'`))
+	require.Equal(t, "FOREIGN KEY (last_worker_id) REFERENCES pgflow.workers(worker_id) ON DELETE SET NULL",
+		queryVal[string](t, pool, `select pg_get_constraintdef(oid) from pg_constraint where conname = 'step_tasks_last_worker_id_fkey'`))
+	require.Equal(t, 1, count(t, pool, `select 1 from information_schema.check_constraints
+		where constraint_schema = 'pgflow' and constraint_name = 'initial_tasks_known_when_started'`))
+}
+
+func TestStepTaskRecordType(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	got := queryVal[string](t, pool, `
+		select string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' order by a.attnum)
+		from pg_attribute a where a.attrelid = 'pgflow.step_task_record'::regclass and a.attnum > 0`)
+	require.Equal(t, "flow_slug text, run_id uuid, step_slug text, input jsonb, msg_id bigint, task_index integer, flow_input jsonb", got)
+}
