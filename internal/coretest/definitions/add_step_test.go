@@ -280,3 +280,42 @@ func TestDefinitionTimestamps(t *testing.T) {
 		   and (select bool_and(created_at = now()) from pgflow.deps)`).Scan(&ok))
 	require.True(t, ok, "flows, steps and deps are stamped with the transaction time")
 }
+
+// Without serialisation, two transactions adding steps to one flow both pick the same step_index and the second
+// fails with a duplicate key error.
+func TestAddStepConcurrentCallsGetDistinctIndexes(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	ctx := t.Context()
+	mustExec(t, pool, `select pgflow.create_flow('test_flow')`)
+
+	first, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = first.Rollback(ctx) }()
+	_, err = first.Exec(ctx, `select pgflow.add_step('test_flow', 'a')`)
+	require.NoError(t, err)
+
+	second, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer second.Release()
+	pid := second.Conn().PgConn().PID()
+	done := make(chan error, 1)
+	go func() {
+		_, err := second.Exec(ctx, `select pgflow.add_step('test_flow', 'b')`)
+		done <- err
+	}()
+	var secondErr error
+	waitUntilBlocked(t, pool, pid, func() bool {
+		select {
+		case secondErr = <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	require.NoError(t, first.Commit(ctx))
+	secondErr = <-done
+	require.NoError(t, secondErr)
+	require.Equal(t, 0, getStep(t, pool, "test_flow", "a").StepIndex)
+	require.Equal(t, 1, getStep(t, pool, "test_flow", "b").StepIndex)
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -178,24 +177,19 @@ func TestEnsureFlowCompiledSerialisesConcurrentCalls(t *testing.T) {
 	}()
 
 	// Wait until the second call is blocked on the advisory lock the first one holds.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		waiting := queryVal[bool](t, pool, `
-			select exists (select 1 from pg_locks where pid = $1 and locktype = 'advisory' and not granted)`, secondPID)
-		if waiting {
-			break
-		}
+	var o outcome
+	waitUntilBlocked(t, pool, secondPID, func() bool {
 		select {
-		case o := <-done:
-			t.Fatalf("second ensure_flow_compiled finished while the first transaction was open: %s %v", o.raw, o.err)
+		case o = <-done:
+			t.Logf("second call returned early: %s %v", o.raw, o.err)
+			return true
 		default:
+			return false
 		}
-		require.True(t, time.Now().Before(deadline), "second call never waited for the advisory lock")
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
 	require.NoError(t, first.Commit(ctx))
 
-	o := <-done
+	o = <-done
 	require.NoError(t, o.err)
 	var r2 compileResult
 	require.NoError(t, json.Unmarshal(o.raw, &r2))

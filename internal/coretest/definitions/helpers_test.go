@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -68,4 +69,19 @@ func queueExists(t *testing.T, pool *pgxpool.Pool, name string) bool {
 func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	return queryVal[int](t, pool, `select count(*)::int from (`+sql+`) as c`, args...)
+}
+
+// waitUntilBlocked polls until the backend pid waits for a heavyweight lock (row, transaction or advisory lock).
+// finished reports whether the blocked call already returned, which fails the test: it should have waited.
+func waitUntilBlocked(t *testing.T, pool *pgxpool.Pool, pid uint32, finished func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if queryVal[bool](t, pool, `select exists (select 1 from pg_locks where pid = $1 and not granted)`, int64(pid)) {
+			return
+		}
+		require.False(t, finished(), "the concurrent call finished instead of waiting for the open transaction")
+		require.True(t, time.Now().Before(deadline), "the concurrent call never waited for a lock")
+		time.Sleep(10 * time.Millisecond)
+	}
 }
