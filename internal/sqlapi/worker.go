@@ -1,0 +1,246 @@
+package sqlapi
+
+// SQL sent by the flow worker: startup (ensure_flow_compiled, register_worker), polling (pgmq.read_with_poll,
+// start_tasks), reporting (complete_task, fail_task), liveness (heartbeat_worker, mark_worker_stopped), the lazy
+// flow input and the stalled-task maintenance.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Batcher sends several statements in one round trip; *pgxpool.Pool and *pgx.Conn implement it. The statements
+// of one batch run in one implicit transaction.
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// TxBeginner starts transactions; *pgxpool.Pool and *pgx.Conn implement it.
+type TxBeginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// ErrWorkerNotRegistered is wrapped by HeartbeatWorker when the database has no row for the worker id
+// (SQLSTATE P0002 raised by pgflow.heartbeat_worker): the worker should register again.
+var ErrWorkerNotRegistered = errors.New("worker is not registered")
+
+// CompileResult is the result of pgflow.ensure_flow_compiled.
+type CompileResult struct {
+	Status      string   `json:"status"` // compiled | verified | recompiled | mismatch
+	Differences []string `json:"differences"`
+}
+
+// EnsureFlowCompiled calls pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss).
+func EnsureFlowCompiled(ctx context.Context, db DBTX, flowSlug string, shape json.RawMessage, allowDataLoss bool) (CompileResult, error) {
+	var raw []byte
+	err := db.QueryRow(ctx,
+		`select pgflow.ensure_flow_compiled(flow_slug => $1::text, shape => $2::jsonb, allow_data_loss => $3::boolean)`,
+		flowSlug, string(shape), allowDataLoss).Scan(&raw)
+	if err != nil {
+		return CompileResult{}, fmt.Errorf("sqlapi: pgflow.ensure_flow_compiled(flow %q): %w", flowSlug, err)
+	}
+	var res CompileResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return CompileResult{}, fmt.Errorf("sqlapi: pgflow.ensure_flow_compiled(flow %q) returned %s: %w", flowSlug, raw, err)
+	}
+	return res, nil
+}
+
+// RegisterWorker calls pgflow.register_worker(worker_id, queue_name, function_name): the worker row exists and
+// is live afterwards.
+func RegisterWorker(ctx context.Context, db DBTX, workerID, queueName, functionName string) error {
+	_, err := db.Exec(ctx,
+		`select from pgflow.register_worker(worker_id => $1::uuid, queue_name => $2::text, function_name => $3::text)`,
+		workerID, queueName, functionName)
+	if err != nil {
+		return fmt.Errorf("sqlapi: pgflow.register_worker(worker %s, queue %q): %w", workerID, queueName, err)
+	}
+	return nil
+}
+
+// HeartbeatWorker calls pgflow.heartbeat_worker(worker_id) and returns true when the worker has been deprecated.
+// An unregistered worker yields an error wrapping ErrWorkerNotRegistered.
+func HeartbeatWorker(ctx context.Context, db DBTX, workerID string) (deprecated bool, err error) {
+	err = db.QueryRow(ctx, `select pgflow.heartbeat_worker(worker_id => $1::uuid)`, workerID).Scan(&deprecated)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "P0002" {
+			return false, fmt.Errorf("sqlapi: pgflow.heartbeat_worker(worker %s): %w: %w", workerID, ErrWorkerNotRegistered, err)
+		}
+		return false, fmt.Errorf("sqlapi: pgflow.heartbeat_worker(worker %s): %w", workerID, err)
+	}
+	return deprecated, nil
+}
+
+// MarkWorkerStopped calls pgflow.mark_worker_stopped(worker_id).
+func MarkWorkerStopped(ctx context.Context, db DBTX, workerID string) error {
+	if _, err := db.Exec(ctx, `select pgflow.mark_worker_stopped(worker_id => $1::uuid)`, workerID); err != nil {
+		return fmt.Errorf("sqlapi: pgflow.mark_worker_stopped(worker %s): %w", workerID, err)
+	}
+	return nil
+}
+
+// Message is a PGMQ message as far as the worker needs it.
+type Message struct {
+	ID        int64
+	ReadCount int
+}
+
+// ReadWithPoll calls pgmq.read_with_poll: it reads up to qty messages of queue, hiding them for vt seconds, and
+// waits up to maxPollSeconds (checking every pollIntervalMs) when none is visible.
+func ReadWithPoll(ctx context.Context, db DBTX, queue string, vt, qty, maxPollSeconds, pollIntervalMs int) ([]Message, error) {
+	rows, err := db.Query(ctx,
+		`select m.msg_id, m.read_ct
+		   from pgmq.read_with_poll(queue_name => $1::text, vt => $2::integer, qty => $3::integer,
+		                            max_poll_seconds => $4::integer, poll_interval_ms => $5::integer) as m`,
+		queue, vt, qty, maxPollSeconds, pollIntervalMs)
+	if err != nil {
+		return nil, fmt.Errorf("sqlapi: pgmq.read_with_poll(queue %q): %w", queue, err)
+	}
+	msgs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Message, error) {
+		var m Message
+		err := r.Scan(&m.ID, &m.ReadCount)
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlapi: pgmq.read_with_poll(queue %q): %w", queue, err)
+	}
+	return msgs, nil
+}
+
+// ClaimedTask is one row returned by pgflow.start_tasks (a pgflow.step_task_record) together with the task's
+// attempts_count after the claim.
+type ClaimedTask struct {
+	FlowSlug  string
+	RunID     string // canonical UUID text
+	StepSlug  string
+	Input     json.RawMessage
+	MsgID     int64
+	TaskIndex int
+	FlowInput json.RawMessage // nil when SQL NULL
+	Attempt   int             // attempts_count after the claim: 1 on the first attempt
+}
+
+// StartTasks claims the tasks behind msgIDs with pgflow.start_tasks(flow_slug, msg_ids, worker_id) and reads the
+// claimed tasks' attempts_count in the same round trip (one implicit transaction, so the second statement sees
+// the claim). Only tasks start_tasks returned are returned, ordered by message id.
+func StartTasks(ctx context.Context, db Batcher, flowSlug string, msgIDs []int64, workerID string) ([]ClaimedTask, error) {
+	if len(msgIDs) == 0 {
+		return nil, nil
+	}
+	var b pgx.Batch
+	var tasks []ClaimedTask
+	b.Queue(`select r.flow_slug, r.run_id::text, r.step_slug, r.input, r.msg_id, r.task_index, r.flow_input
+	           from pgflow.start_tasks(flow_slug => $1::text, msg_ids => $2::bigint[], worker_id => $3::uuid) as r`,
+		flowSlug, msgIDs, workerID).Query(func(rows pgx.Rows) error {
+		var err error
+		tasks, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClaimedTask, error) {
+			var t ClaimedTask
+			err := r.Scan(&t.FlowSlug, &t.RunID, &t.StepSlug, &t.Input, &t.MsgID, &t.TaskIndex, &t.FlowInput)
+			return t, err
+		})
+		return err
+	})
+	attempts := make(map[int64]int)
+	b.Queue(`select t.message_id, t.attempts_count
+	           from pgflow.step_tasks as t
+	          where t.flow_slug = $1::text
+	            and t.message_id = any ($2::bigint[])
+	            and t.status = 'started'
+	            and t.last_worker_id = $3::uuid`,
+		flowSlug, msgIDs, workerID).Query(func(rows pgx.Rows) error {
+		var id int64
+		var n int
+		_, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error {
+			attempts[id] = n
+			return nil
+		})
+		return err
+	})
+	if err := db.SendBatch(ctx, &b).Close(); err != nil {
+		return nil, fmt.Errorf("sqlapi: pgflow.start_tasks(flow %q, %d message ids, worker %s): %w", flowSlug, len(msgIDs), workerID, err)
+	}
+	for i := range tasks {
+		tasks[i].Attempt = attempts[tasks[i].MsgID]
+	}
+	return tasks, nil
+}
+
+// CompleteTask calls pgflow.complete_task(run_id, step_slug, task_index, output) and returns the task's status
+// afterwards ("" when the database has no such task).
+func CompleteTask(ctx context.Context, db DBTX, runID, stepSlug string, taskIndex int, output json.RawMessage) (string, error) {
+	return taskCall(ctx, db, "complete_task",
+		`select t.status from pgflow.complete_task(run_id => $1::uuid, step_slug => $2::text, task_index => $3::integer, output => $4::jsonb) as t`,
+		runID, stepSlug, taskIndex, string(output))
+}
+
+// FailTask calls pgflow.fail_task(run_id, step_slug, task_index, error_message) and returns the task's status
+// afterwards ("queued" when it will be retried, "failed" when exhausted; "" when the database has no such task).
+func FailTask(ctx context.Context, db DBTX, runID, stepSlug string, taskIndex int, errorMessage string) (string, error) {
+	return taskCall(ctx, db, "fail_task",
+		`select t.status from pgflow.fail_task(run_id => $1::uuid, step_slug => $2::text, task_index => $3::integer, error_message => $4::text) as t`,
+		runID, stepSlug, taskIndex, errorMessage)
+}
+
+func taskCall(ctx context.Context, db DBTX, fn, sql, runID, stepSlug string, taskIndex int, arg string) (string, error) {
+	var status string
+	err := db.QueryRow(ctx, sql, runID, stepSlug, taskIndex, arg).Scan(&status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("sqlapi: pgflow.%s(run %s, step %q, task %d): %w", fn, runID, stepSlug, taskIndex, err)
+	}
+	return status, nil
+}
+
+// ErrRunNotFound is wrapped by RunInput when no run has the given id.
+var ErrRunNotFound = errors.New("run not found")
+
+// RunInput returns the input of run runID.
+func RunInput(ctx context.Context, db DBTX, runID string) (json.RawMessage, error) {
+	var raw json.RawMessage
+	err := db.QueryRow(ctx, `select r.input from pgflow.runs as r where r.run_id = $1::uuid`, runID).Scan(&raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("sqlapi: input of run %s: %w", runID, ErrRunNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlapi: input of run %s: %w", runID, err)
+	}
+	return raw, nil
+}
+
+// MaintenanceLockKey is the transaction-level advisory lock (single bigint form) that serialises stalled-task
+// maintenance across the workers of one database: "pgflow" in ASCII. The two-integer lock space used by
+// pgflow.ensure_flow_compiled is separate.
+const MaintenanceLockKey int64 = 0x7067666c6f77
+
+// RequeueStalledTasks runs pgflow.requeue_stalled_tasks() in a transaction that first takes the maintenance
+// advisory lock with pg_try_advisory_xact_lock. When another session holds the lock it does nothing and
+// returns ran = false; otherwise it returns the number of tasks requeued.
+func RequeueStalledTasks(ctx context.Context, db TxBeginner) (ran bool, requeued int, err error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return false, 0, fmt.Errorf("sqlapi: requeue stalled tasks: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var locked bool
+	if err := tx.QueryRow(ctx, `select pg_try_advisory_xact_lock($1::bigint)`, MaintenanceLockKey).Scan(&locked); err != nil {
+		return false, 0, fmt.Errorf("sqlapi: requeue stalled tasks: advisory lock %d: %w", MaintenanceLockKey, err)
+	}
+	if !locked {
+		return false, 0, nil
+	}
+	if err := tx.QueryRow(ctx, `select pgflow.requeue_stalled_tasks()`).Scan(&requeued); err != nil {
+		return false, 0, fmt.Errorf("sqlapi: pgflow.requeue_stalled_tasks(): %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, 0, fmt.Errorf("sqlapi: requeue stalled tasks: commit: %w", err)
+	}
+	return true, requeued, nil
+}
