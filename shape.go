@@ -6,9 +6,9 @@ import (
 	"slices"
 )
 
-// Shape returns the flow's shape: the JSON document a worker passes to pgflow.ensure_flow_compiled, which is
-// exactly what pgflow._get_flow_shape returns for the same flow once it is in the database, plus the options
-// (used only when the database creates the flow, never compared):
+// Shape returns the flow's shape: the JSON document a worker passes to pgflow.ensure_flow_compiled. Without its
+// "options" keys it is equal (as jsonb) to what pgflow._get_flow_shape returns for the same flow once it is in
+// the database; the options are used only when the database creates the flow and are never compared:
 //
 //	{"steps":[{"slug":"fetch","stepType":"single","dependencies":[],"whenUnmet":"skip","whenExhausted":"fail",
 //	  "requiredInputPattern":{"defined":false},"forbiddenInputPattern":{"defined":false},

@@ -110,7 +110,12 @@ type TaskInfo interface {
 }
 
 // Meta returns the task's identity.
-func (t *Task[I]) Meta() TaskMeta { return t.st.env.meta }
+func (t *Task[I]) Meta() TaskMeta {
+	if t.st == nil {
+		return t.TaskMeta
+	}
+	return t.st.env.meta
+}
 
 func (t *Task[I]) state() *taskState { return t.st }
 
@@ -118,6 +123,9 @@ func (t *Task[I]) state() *taskState { return t.st }
 // the database on first use (once per task). Errors name the step.
 func (t *Task[I]) FlowInput(ctx context.Context) (I, error) {
 	var zero I
+	if t.st == nil {
+		return zero, errors.New("pgflow: FlowInput called on a Task that was not created by a worker")
+	}
 	raw, err := t.st.flowInputRaw(ctx)
 	if err != nil {
 		return zero, err

@@ -225,8 +225,12 @@ func TestRunDependencyDecodeErrors(t *testing.T) {
 	var zero StepHandle[int]
 	_, err = zero.Output(&Task[runInput]{st: &taskState{env: &taskEnv{}}})
 	require.ErrorIs(t, err, ErrNotDependency)
-	_, err = count.Output(&Task[runInput]{})
+	zeroTask := &Task[runInput]{TaskMeta: TaskMeta{StepSlug: "x"}}
+	_, err = count.Output(zeroTask)
 	require.ErrorIs(t, err, ErrNotDependency)
+	_, err = zeroTask.FlowInput(context.Background())
+	require.ErrorContains(t, err, "not created by a worker")
+	require.Equal(t, "x", zeroTask.Meta().StepSlug)
 }
 
 func TestRunKeepsFalsyOutputs(t *testing.T) {
