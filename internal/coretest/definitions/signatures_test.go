@@ -1,0 +1,63 @@
+package definitions_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Argument names, defaults, return types and volatility are API: callers use named notation, and the planner relies
+// on volatility. One line per definition-side function (spec section 4.0 plus pgflow-go's worker functions).
+func TestDefinitionFunctionSignatures(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+
+	want := []string{
+		"_compare_flow_shapes(p_local jsonb, p_db jsonb) text[] stable",
+		"_create_flow_from_shape(p_flow_slug text, p_shape jsonb) void volatile",
+		"_get_flow_shape(p_flow_slug text) jsonb stable",
+		"add_step(flow_slug text, step_slug text, deps_slugs text[] DEFAULT '{}'::text[], " +
+			"max_attempts integer DEFAULT NULL::integer, base_delay integer DEFAULT NULL::integer, " +
+			"timeout integer DEFAULT NULL::integer, start_delay integer DEFAULT NULL::integer, " +
+			"step_type text DEFAULT 'single'::text, required_input_pattern jsonb DEFAULT NULL::jsonb, " +
+			"forbidden_input_pattern jsonb DEFAULT NULL::jsonb, when_unmet text DEFAULT 'skip'::text, " +
+			"when_exhausted text DEFAULT 'fail'::text) pgflow.steps volatile",
+		"calculate_retry_delay(base_delay numeric, attempts_count integer) integer immutable parallel-safe",
+		"create_flow(flow_slug text, max_attempts integer DEFAULT NULL::integer, base_delay integer DEFAULT NULL::integer, " +
+			"timeout integer DEFAULT NULL::integer) pgflow.flows volatile",
+		"delete_flow_and_data(p_flow_slug text) void volatile",
+		"ensure_flow_compiled(flow_slug text, shape jsonb, allow_data_loss boolean DEFAULT false) jsonb volatile",
+		"heartbeat_worker(worker_id uuid) boolean volatile",
+		"is_local() boolean stable parallel-safe",
+		"is_valid_slug(slug text) boolean immutable",
+		"mark_worker_stopped(worker_id uuid) void volatile",
+		"register_worker(worker_id uuid, queue_name text, function_name text) pgflow.workers volatile",
+		"track_worker_function(function_name text) void volatile",
+	}
+	got := queryVal[[]string](t, pool, `
+		select array_agg(
+		         p.proname || '(' || pg_get_function_arguments(p.oid) || ') ' || pg_get_function_result(p.oid) || ' ' ||
+		         case p.provolatile when 'i' then 'immutable' when 's' then 'stable' else 'volatile' end ||
+		         case when p.proparallel = 's' then ' parallel-safe' else '' end
+		         order by p.proname collate "C")
+		from pg_proc p
+		where p.pronamespace = 'pgflow'::regnamespace and p.proname = any($1)`,
+		[]string{"_compare_flow_shapes", "_create_flow_from_shape", "_get_flow_shape", "add_step",
+			"calculate_retry_delay", "create_flow", "delete_flow_and_data", "ensure_flow_compiled", "heartbeat_worker",
+			"is_local", "is_valid_slug", "mark_worker_stopped", "register_worker", "track_worker_function"})
+	require.Equal(t, want, got, "exactly one overload of each, with these signatures")
+}
+
+// Every pgflow function, definitions and runtime alike, must pin search_path to ” so that it behaves the same
+// under any caller's search_path (hard project rule; pgflow leaves a few functions unpinned).
+func TestEveryFunctionPinsEmptySearchPath(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	unpinned := queryVal[[]string](t, pool, `
+		select coalesce(array_agg(p.oid::regprocedure::text order by p.oid::regprocedure::text), '{}')
+		from pg_proc p
+		where p.pronamespace = 'pgflow'::regnamespace
+		  and p.proconfig is distinct from array['search_path=""']`)
+	require.Empty(t, unpinned)
+	require.Positive(t, count(t, pool, `select 1 from pg_proc where pronamespace = 'pgflow'::regnamespace`))
+}
