@@ -1,0 +1,264 @@
+package notify_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgflow-go/pgflow/internal/notify"
+	"github.com/pgflow-go/pgflow/internal/pgtest"
+)
+
+const waitLimit = 30 * time.Second
+
+func newListener(t *testing.T, db *pgtest.DB, mod func(*notify.Config)) *notify.Listener {
+	t.Helper()
+	cfg := notify.Config{
+		Connect:    func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, db.URL) },
+		MinBackoff: 10 * time.Millisecond,
+		MaxBackoff: 50 * time.Millisecond,
+		Logger:     slog.New(slog.NewTextHandler(t.Output(), nil)),
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	l := notify.New(cfg)
+	t.Cleanup(l.Close)
+	return l
+}
+
+// next waits for the subscription's next batch of messages.
+func next(t *testing.T, s *notify.Subscription) []notify.Message {
+	t.Helper()
+	select {
+	case <-s.Ready():
+		return s.Drain()
+	case <-time.After(waitLimit):
+		t.Fatalf("no message on %q within %s", s.Channel(), waitLimit)
+		return nil
+	}
+}
+
+// collect gathers messages until want payloads (in order, Resyncs skipped) have arrived.
+func collectPayloads(t *testing.T, s *notify.Subscription, n int) []string {
+	t.Helper()
+	var got []string
+	for len(got) < n {
+		for _, m := range next(t, s) {
+			if !m.Resync {
+				got = append(got, m.Payload)
+			}
+		}
+	}
+	return got
+}
+
+func waitActive(t *testing.T, s *notify.Subscription) {
+	t.Helper()
+	select {
+	case <-s.Active():
+	case <-time.After(waitLimit):
+		t.Fatalf("subscription to %q never became active", s.Channel())
+	}
+	msgs := s.Drain()
+	require.NotEmpty(t, msgs)
+	require.True(t, msgs[0].Resync, "the first message after activation is a Resync")
+}
+
+func notifyDB(t *testing.T, db *pgtest.DB, channel, payload string) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), "select pg_notify($1, $2)", channel, payload)
+	require.NoError(t, err)
+}
+
+func TestSubscribeReceivesNotificationsInOrder(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	l := newListener(t, db, nil)
+
+	ch := "pgflow:run:0b6f7c2e-0000-4000-8000-000000000001" // needs quoting as an identifier
+	s, err := l.Subscribe(ch)
+	require.NoError(t, err)
+	waitActive(t, s)
+
+	for i := range 5 {
+		notifyDB(t, db, ch, fmt.Sprintf("p%d", i))
+	}
+	require.Equal(t, []string{"p0", "p1", "p2", "p3", "p4"}, collectPayloads(t, s, 5))
+}
+
+func TestSubscribersOfSameAndOtherChannels(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	l := newListener(t, db, nil)
+
+	a1, err := l.Subscribe("alpha")
+	require.NoError(t, err)
+	a2, err := l.Subscribe("alpha")
+	require.NoError(t, err)
+	b, err := l.Subscribe("Beta Channel")
+	require.NoError(t, err)
+	waitActive(t, a1)
+	waitActive(t, a2)
+	waitActive(t, b)
+
+	notifyDB(t, db, "alpha", "to-alpha")
+	notifyDB(t, db, "Beta Channel", "to-beta")
+
+	require.Equal(t, []string{"to-alpha"}, collectPayloads(t, a1, 1))
+	require.Equal(t, []string{"to-alpha"}, collectPayloads(t, a2, 1))
+	require.Equal(t, []string{"to-beta"}, collectPayloads(t, b, 1))
+
+	// After one alpha subscriber leaves, the other still receives; the one that left receives nothing more.
+	a1.Close()
+	<-a1.Done()
+	notifyDB(t, db, "alpha", "second")
+	require.Equal(t, []string{"second"}, collectPayloads(t, a2, 1))
+	require.Empty(t, a1.Drain())
+}
+
+func TestResubscribeAfterLastSubscriberLeft(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	l := newListener(t, db, nil)
+
+	s1, err := l.Subscribe("gamma")
+	require.NoError(t, err)
+	waitActive(t, s1)
+	s1.Close()
+
+	// A new subscriber for the same channel (which the listener may have UNLISTENed meanwhile) works again.
+	s2, err := l.Subscribe("gamma")
+	require.NoError(t, err)
+	waitActive(t, s2)
+	notifyDB(t, db, "gamma", "again")
+	require.Equal(t, []string{"again"}, collectPayloads(t, s2, 1))
+}
+
+func TestReconnectSendsResyncAndKeepsDelivering(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	l := newListener(t, db, nil)
+	ctx := context.Background()
+
+	s, err := l.Subscribe("delta")
+	require.NoError(t, err)
+	waitActive(t, s)
+	pid := l.BackendPID()
+	require.NotZero(t, pid)
+
+	var terminated bool
+	require.NoError(t, db.Pool.QueryRow(ctx, "select pg_terminate_backend($1)", int32(pid)).Scan(&terminated))
+	require.True(t, terminated)
+
+	// The listener reconnects on a new backend and tells the subscriber to re-read.
+	var sawResync bool
+	deadline := time.Now().Add(waitLimit)
+	for !sawResync {
+		require.True(t, time.Now().Before(deadline), "no Resync after the connection was terminated")
+		for _, m := range next(t, s) {
+			sawResync = sawResync || m.Resync
+		}
+	}
+	newPID := l.BackendPID()
+	require.NotZero(t, newPID)
+	require.NotEqual(t, pid, newPID)
+
+	notifyDB(t, db, "delta", "after-reconnect")
+	require.Equal(t, []string{"after-reconnect"}, collectPayloads(t, s, 1))
+}
+
+func TestConnectFailuresAreRetried(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	var calls atomic.Int32
+	l := newListener(t, db, func(c *notify.Config) {
+		inner := c.Connect
+		c.Connect = func(ctx context.Context) (*pgx.Conn, error) {
+			if calls.Add(1) <= 3 {
+				return nil, errors.New("simulated connect failure")
+			}
+			return inner(ctx)
+		}
+	})
+	s, err := l.Subscribe("epsilon")
+	require.NoError(t, err)
+	waitActive(t, s)
+	require.GreaterOrEqual(t, calls.Load(), int32(4))
+
+	notifyDB(t, db, "epsilon", "x")
+	require.Equal(t, []string{"x"}, collectPayloads(t, s, 1))
+}
+
+func TestQueueOverflowTurnsIntoResync(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	l := newListener(t, db, func(c *notify.Config) { c.QueueLimit = 4 })
+
+	slow, err := l.Subscribe("zeta")
+	require.NoError(t, err)
+	waitActive(t, slow)
+	// A second subscriber on the same channel tells us when all ten notifications have been dispatched (the
+	// listener queues each one for every subscriber before the next one); slow reads nothing until then.
+	probe, err := l.Subscribe("zeta")
+	require.NoError(t, err)
+	waitActive(t, probe)
+
+	_, err = db.Pool.Exec(context.Background(),
+		"select pg_notify('zeta', 'n' || i) from generate_series(1, 10) as i")
+	require.NoError(t, err)
+	// probe has the same small queue limit but drains as fast as it can; it may lose messages too, so it just
+	// waits for the last one.
+	for seen := false; !seen; {
+		for _, m := range next(t, probe) {
+			seen = seen || m.Payload == "n10"
+		}
+	}
+
+	msgs := slow.Drain()
+	require.LessOrEqual(t, len(msgs), 4, "the queue is bounded: %v", msgs)
+	require.True(t, msgs[0].Resync, "dropped messages are replaced by a Resync: %v", msgs)
+	require.Equal(t, "n10", msgs[len(msgs)-1].Payload, "the newest messages are kept")
+}
+
+func TestCloseEndsSubscriptions(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	l := newListener(t, db, nil)
+
+	s, err := l.Subscribe("eta")
+	require.NoError(t, err)
+	waitActive(t, s)
+	pid := l.BackendPID()
+	require.NotZero(t, pid)
+
+	l.Close()
+	select {
+	case <-s.Done():
+	case <-time.After(waitLimit):
+		t.Fatal("subscription not ended by Close")
+	}
+	_, err = l.Subscribe("eta")
+	require.ErrorIs(t, err, notify.ErrClosed)
+	l.Close() // idempotent
+
+	// The dedicated connection is gone.
+	deadline := time.Now().Add(waitLimit)
+	for {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(context.Background(),
+			"select count(*) from pg_stat_activity where pid = $1", int32(pid)).Scan(&n))
+		if n == 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "listener backend %d still connected after Close", pid)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
