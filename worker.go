@@ -1,0 +1,753 @@
+package pgflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgflow-go/pgflow/internal/backoff"
+	"github.com/pgflow-go/pgflow/internal/sqlapi"
+)
+
+// workerFunctionName is recorded as pgflow.workers.function_name for every Go worker.
+const workerFunctionName = "pgflow-go"
+
+// ErrShapeMismatch is wrapped by the error Run returns when the flow stored in the database differs from the
+// flow in code and the worker may not recompile it; errors.As the error to a *ShapeMismatchError for the list.
+var ErrShapeMismatch = errors.New("flow definition differs from the one in the database")
+
+// ShapeMismatchError reports that the flow stored in the database has a different shape (steps, dependencies,
+// step types, conditions or modes) than the flow the worker runs, in a database where recompiling is not allowed.
+// Nothing was changed in the database.
+type ShapeMismatchError struct {
+	Flow        string   // flow slug
+	Differences []string // one entry per difference, as reported by pgflow.ensure_flow_compiled
+}
+
+func (e *ShapeMismatchError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pgflow: flow %q: %s (%d difference", e.Flow, ErrShapeMismatch, len(e.Differences))
+	if len(e.Differences) != 1 {
+		b.WriteString("s")
+	}
+	b.WriteString("):")
+	for _, d := range e.Differences {
+		b.WriteString("\n  - ")
+		b.WriteString(d)
+	}
+	b.WriteString("\napply a migration with the new definition (Flow.CompileSQL), give the changed flow a new slug, " +
+		"or set WorkerConfig.AllowDataLoss to recompile it (this deletes the flow's runs and queue)")
+	return b.String()
+}
+
+// Unwrap returns ErrShapeMismatch.
+func (e *ShapeMismatchError) Unwrap() error { return ErrShapeMismatch }
+
+// Worker runs the tasks of one flow: it reads the flow's queue, claims tasks with pgflow.start_tasks, runs their
+// handlers with bounded concurrency and reports the results. Create it with NewWorker and start it with Run. A
+// Worker runs once; its configuration is fixed at NewWorker.
+type Worker struct {
+	pool  *pgxpool.Pool
+	slug  string
+	steps map[string]*stepDef
+	shape json.RawMessage
+	cfg   resolvedConfig
+	log   *slog.Logger // carries flow and worker_id
+
+	inputs *runInputCache
+	used   atomic.Bool
+	hooks  workerHooks
+}
+
+// workerHooks lets the package's tests observe and shorten the worker's lifecycle. The zero value is production
+// behaviour.
+type workerHooks struct {
+	skipCompile   bool           // do not call ensure_flow_compiled
+	shutdownBegun func()         // called once reading has stopped, before in-flight tasks are awaited
+	abandonGrace  time.Duration  // how long to wait for handlers after their context was cancelled; default 10 s
+	retry         backoff.Policy // backoff of database retries; zero = 100 ms .. 5 s
+}
+
+const (
+	defaultAbandonGrace = 10 * time.Second
+	stopMarkTimeout     = 10 * time.Second // how long Run tries to record the worker as stopped
+	runInputCacheSize   = 256              // runs whose input a worker keeps in memory
+	maxErrorMessageLen  = 32 << 10         // longest error_message the worker stores
+)
+
+// NewWorker validates cfg, freezes flow (no step can be added afterwards) and returns a worker for it. It does not
+// touch the database. Errors name the bad configuration field and value, or are the flow's definition errors.
+func NewWorker(pool *pgxpool.Pool, flow AnyFlow, cfg WorkerConfig) (*Worker, error) {
+	if pool == nil {
+		return nil, errors.New("pgflow: NewWorker: pool is nil")
+	}
+	core := flowCoreOf(flow)
+	if core == nil {
+		return nil, errors.New("pgflow: NewWorker: flow is nil; create flows with NewFlow")
+	}
+	rc, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	steps, err := core.freeze()
+	if err != nil {
+		return nil, fmt.Errorf("pgflow: NewWorker: flow %q has definition errors: %w", core.slug, err)
+	}
+	shape, err := flow.Shape()
+	if err != nil {
+		return nil, fmt.Errorf("pgflow: NewWorker: shape of flow %q: %w", core.slug, err)
+	}
+	w := &Worker{
+		pool:   pool,
+		slug:   core.slug,
+		steps:  make(map[string]*stepDef, len(steps)),
+		shape:  shape,
+		cfg:    rc,
+		log:    rc.Logger.With("flow", core.slug, "worker_id", rc.WorkerID),
+		inputs: newRunInputCache(runInputCacheSize),
+	}
+	for _, d := range steps {
+		w.steps[d.slug] = d
+	}
+	return w, nil
+}
+
+// flowCoreOf returns the core of flow, or nil for a nil interface or a nil *Flow.
+func flowCoreOf(flow AnyFlow) (c *flowCore) {
+	if flow == nil {
+		return nil
+	}
+	defer func() {
+		if recover() != nil {
+			c = nil
+		}
+	}()
+	return flow.core()
+}
+
+// ID returns the worker's id (pgflow.workers.worker_id), a UUID.
+func (w *Worker) ID() string { return w.cfg.WorkerID }
+
+// RunWorker creates a worker with NewWorker and runs it until ctx is cancelled or the process receives SIGINT or
+// SIGTERM, then shuts it down gracefully (see Worker.Run).
+func RunWorker(ctx context.Context, pool *pgxpool.Pool, flow AnyFlow, cfg WorkerConfig) error {
+	w, err := NewWorker(pool, flow, cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return w.Run(ctx)
+}
+
+// Run starts the worker and blocks until it has stopped.
+//
+// Startup: the flow is compiled or verified with pgflow.ensure_flow_compiled (a difference in a database where
+// recompiling is not allowed returns a *ShapeMismatchError) and the worker registers in pgflow.workers.
+// Transient database errors during startup are retried with capped exponential backoff until ctx ends.
+//
+// Then the worker polls the flow's queue, runs handlers (at most MaxConcurrent at once, refilling free slots as
+// soon as a handler finishes), sends heartbeats and runs stalled-task maintenance, until ctx is cancelled or the
+// worker is deprecated. Shutdown stops reading, lets in-flight handlers finish for up to ShutdownTimeout (then
+// cancels their context), reports their results, records the worker as stopped and returns nil. Run never closes
+// the pool. Run may be called once.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.used.CompareAndSwap(false, true) {
+		return fmt.Errorf("pgflow: worker %s of flow %q: Run was already called; create a new Worker", w.cfg.WorkerID, w.slug)
+	}
+	if err := w.startup(ctx); err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// Shutdown was requested before the worker was running: not an error. The worker row may exist if
+			// registration raced with the cancellation.
+			w.markStopped(ctx)
+			w.log.Info("worker stopped before startup completed")
+			return nil
+		}
+		return err
+	}
+	w.serve(ctx)
+	return nil
+}
+
+// startup compiles or verifies the flow and registers the worker, retrying transient database errors.
+func (w *Worker) startup(ctx context.Context) error {
+	status := "not checked"
+	if !w.hooks.skipCompile {
+		var res sqlapi.CompileResult
+		err := w.retryStartup(ctx, "compile the flow", func(ctx context.Context) (err error) {
+			res, err = sqlapi.EnsureFlowCompiled(ctx, w.pool, w.slug, w.shape, w.cfg.AllowDataLoss)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		status = res.Status
+		switch res.Status {
+		case "mismatch":
+			return &ShapeMismatchError{Flow: w.slug, Differences: res.Differences}
+		case "recompiled":
+			w.log.Warn("flow definition changed: the flow was recompiled and its runs, tasks and queue were deleted",
+				"differences", strings.Join(res.Differences, "; "))
+		case "compiled":
+			w.log.Info("flow compiled into the database")
+		case "verified":
+			w.log.Debug("flow definition matches the database")
+		default:
+			return fmt.Errorf("pgflow: worker %s: pgflow.ensure_flow_compiled(%q) returned the unknown status %q", w.cfg.WorkerID, w.slug, res.Status)
+		}
+	}
+	err := w.retryStartup(ctx, "register the worker", func(ctx context.Context) error {
+		return sqlapi.RegisterWorker(ctx, w.pool, w.cfg.WorkerID, w.slug, workerFunctionName)
+	})
+	if err != nil {
+		return err
+	}
+	w.log.Info("worker started", "queue", w.slug, "compilation", status,
+		"max_concurrent", w.cfg.MaxConcurrent, "batch_size", w.cfg.BatchSize)
+	return nil
+}
+
+// retryStartup runs fn until it succeeds, fails permanently, or ctx ends (then it returns ctx's error).
+func (w *Worker) retryStartup(ctx context.Context, what string, fn func(context.Context) error) error {
+	for n := 1; ; n++ {
+		err := fn(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("pgflow: worker %s: %s: %w", w.cfg.WorkerID, what, ctx.Err())
+		}
+		if permanentDBError(err) {
+			return fmt.Errorf("pgflow: worker %s: %s: %w%s", w.cfg.WorkerID, what, err, schemaHint(err))
+		}
+		delay := w.hooks.retry.Delay(n)
+		w.log.Warn("worker startup: database error, retrying", "step", what, "retry", n, "delay", delay, "error", err)
+		if sleepCtx(ctx, delay) != nil {
+			return fmt.Errorf("pgflow: worker %s: %s: %w", w.cfg.WorkerID, what, ctx.Err())
+		}
+	}
+}
+
+// permanentDBError reports whether err is a database error that retrying cannot fix: a bad statement or a
+// missing object (class 42, 3F), invalid data (22), a constraint violation (23), an exception raised by a
+// function (P0), or a refused connection (28 authorization, 3D unknown database). Network errors, lost
+// connections, deadlocks, serialization failures and resource shortages are transient.
+func permanentDBError(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "42", "3F", "22", "23", "P0", "28", "3D":
+		return true
+	}
+	return false
+}
+
+// schemaHint suggests installing the schema when err says a pgflow or pgmq object is missing.
+func schemaHint(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42883" || pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+		return " (is the pgflow schema installed? run `pgflow migrate up`)"
+	}
+	return ""
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// errDeprecated is the cancellation cause of the poll loop when pgflow.heartbeat_worker reports deprecation.
+var errDeprecated = errors.New("worker deprecated")
+
+// workerRun is the state of one Run after startup.
+type workerRun struct {
+	w   *Worker
+	cfg *resolvedConfig
+	log *slog.Logger
+
+	loopCtx  context.Context // ends when shutdown begins (ctx cancelled or deprecation)
+	stopLoop context.CancelCauseFunc
+
+	handlerCtx context.Context // handlers' context; ends at the hard stop (ShutdownTimeout after shutdown began)
+	hardStop   context.CancelFunc
+
+	reportCtx context.Context // database calls for claimed tasks; ends when Run stops waiting for handlers
+	abandon   context.CancelFunc
+
+	sem      chan struct{} // one token per running task
+	tasks    sync.WaitGroup
+	inFlight atomic.Int64
+}
+
+// serve runs the worker after a successful startup and returns when it has stopped.
+func (w *Worker) serve(ctx context.Context) {
+	base := context.WithoutCancel(ctx)
+	r := &workerRun{w: w, cfg: &w.cfg, log: w.log, sem: make(chan struct{}, w.cfg.MaxConcurrent)}
+	r.loopCtx, r.stopLoop = context.WithCancelCause(ctx)
+	r.handlerCtx, r.hardStop = context.WithCancel(base)
+	r.reportCtx, r.abandon = context.WithCancel(base)
+	defer r.stopLoop(nil)
+	defer r.hardStop()
+	defer r.abandon()
+
+	var bg sync.WaitGroup
+	hbCtx, stopHeartbeat := context.WithCancel(base)
+	defer stopHeartbeat()
+	bg.Go(func() { r.heartbeatLoop(hbCtx) })
+	if !w.cfg.maintenanceOff {
+		bg.Go(func() { r.maintenanceLoop(r.loopCtx) })
+	}
+
+	r.pollLoop()
+
+	cause := context.Cause(r.loopCtx)
+	reason := "context cancelled"
+	if errors.Is(cause, errDeprecated) {
+		reason = "worker deprecated"
+	}
+	r.log.Info("worker shutting down: stopped reading messages", "reason", reason, "in_flight", r.inFlight.Load())
+	if w.hooks.shutdownBegun != nil {
+		w.hooks.shutdownBegun()
+	}
+	r.drain()
+	stopHeartbeat()
+	bg.Wait()
+	w.markStopped(ctx)
+	r.log.Info("worker stopped")
+}
+
+// markStopped records the worker as stopped, retrying transient errors for a short while.
+func (w *Worker) markStopped(ctx context.Context) {
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopMarkTimeout)
+	defer cancel()
+	for n := 1; ; n++ {
+		err := sqlapi.MarkWorkerStopped(mctx, w.pool, w.cfg.WorkerID)
+		if err == nil {
+			return
+		}
+		if permanentDBError(err) || mctx.Err() != nil {
+			w.log.Error("could not record the worker as stopped", "error", err)
+			return
+		}
+		if sleepCtx(mctx, w.hooks.retry.Delay(n)) != nil {
+			w.log.Error("could not record the worker as stopped", "error", err)
+			return
+		}
+	}
+}
+
+// drain waits for in-flight tasks: up to ShutdownTimeout, then cancels their context and waits up to the abandon
+// grace period more.
+func (r *workerRun) drain() {
+	done := make(chan struct{})
+	go func() {
+		r.tasks.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(r.cfg.ShutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return
+	case <-timer.C:
+	}
+	r.log.Warn("shutdown timeout passed: cancelling the context of the handlers still running",
+		"shutdown_timeout", r.cfg.ShutdownTimeout, "in_flight", r.inFlight.Load())
+	r.hardStop()
+	grace := r.w.hooks.abandonGrace
+	if grace <= 0 {
+		grace = defaultAbandonGrace
+	}
+	giveUp := time.NewTimer(grace)
+	defer giveUp.Stop()
+	select {
+	case <-done:
+	case <-giveUp.C:
+		r.log.Error("handlers ignored the cancellation of their context; the worker stops without reporting them "+
+			"(stalled-task recovery will requeue their tasks)", "in_flight", r.inFlight.Load(), "waited", grace)
+		r.abandon()
+	}
+}
+
+func (r *workerRun) release(n int) {
+	for range n {
+		<-r.sem
+	}
+}
+
+// pollLoop reads and claims messages while free slots exist, until shutdown begins.
+func (r *workerRun) pollLoop() {
+	failures := 0
+	for {
+		if r.loopCtx.Err() != nil {
+			return
+		}
+		select {
+		case r.sem <- struct{}{}:
+		case <-r.loopCtx.Done():
+			return
+		}
+		n := 1
+	fill:
+		for n < r.cfg.BatchSize {
+			select {
+			case r.sem <- struct{}{}:
+				n++
+			default:
+				break fill
+			}
+		}
+		msgs, err := sqlapi.ReadWithPoll(r.loopCtx, r.w.pool, r.w.slug, r.cfg.vtSeconds, n, r.cfg.maxPollSeconds, r.cfg.pollIntervalMs)
+		if err != nil {
+			r.release(n)
+			if r.loopCtx.Err() != nil {
+				return
+			}
+			failures++
+			delay := r.w.hooks.retry.Delay(failures)
+			r.log.Warn("polling the queue failed, retrying", "retry", failures, "delay", delay, "error", err)
+			if sleepCtx(r.loopCtx, delay) != nil {
+				return
+			}
+			continue
+		}
+		failures = 0
+		if len(msgs) == 0 || r.loopCtx.Err() != nil {
+			// After shutdown began, read messages are not claimed: they become visible again after the
+			// visibility timeout and another worker takes them.
+			r.release(n)
+			continue
+		}
+		tasks := r.claim(msgs)
+		r.release(n - len(tasks))
+		for _, t := range tasks {
+			r.tasks.Add(1)
+			r.inFlight.Add(1)
+			go r.runTask(t)
+		}
+	}
+}
+
+// claim starts the tasks of msgs with pgflow.start_tasks, retrying transient errors until shutdown begins.
+func (r *workerRun) claim(msgs []sqlapi.Message) []sqlapi.ClaimedTask {
+	ids := make([]int64, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	for n := 1; ; n++ {
+		// The claim itself is not cancelled by shutdown: once start_tasks has committed, its rows must reach
+		// handlers, so the call may not be interrupted half way.
+		tasks, err := sqlapi.StartTasks(r.reportCtx, r.w.pool, r.w.slug, ids, r.cfg.WorkerID)
+		if err == nil {
+			if len(tasks) < len(ids) {
+				r.log.Debug("some messages had no task to start (stale, already started or finished)",
+					"read", len(ids), "claimed", len(tasks))
+			}
+			return tasks
+		}
+		if r.loopCtx.Err() != nil || r.reportCtx.Err() != nil {
+			return nil
+		}
+		delay := r.w.hooks.retry.Delay(n)
+		r.log.Warn("claiming tasks failed, retrying", "retry", n, "delay", delay, "messages", len(ids), "error", err)
+		if sleepCtx(r.loopCtx, delay) != nil {
+			return nil
+		}
+	}
+}
+
+// runTask runs the handler of one claimed task and reports its result; it frees the task's slot at the end.
+func (r *workerRun) runTask(t sqlapi.ClaimedTask) {
+	defer r.tasks.Done()
+	defer r.release(1)
+	defer r.inFlight.Add(-1)
+	log := r.log.With("run_id", t.RunID, "step", t.StepSlug, "task_index", t.TaskIndex,
+		"msg_id", strconv.FormatInt(t.MsgID, 10), "attempt", t.Attempt)
+
+	def := r.w.steps[t.StepSlug]
+	if def == nil {
+		msg := fmt.Sprintf("pgflow: flow %q has no step %q in the code of worker %s (the worker runs a different version of the flow)",
+			r.w.slug, t.StepSlug, r.cfg.WorkerID)
+		log.Error("claimed a task of an unknown step; failing it", "error", msg)
+		r.reportFailure(log, t, msg)
+		return
+	}
+	if t.FlowInput != nil {
+		r.w.inputs.put(t.RunID, t.FlowInput)
+	}
+	env := &taskEnv{
+		meta: TaskMeta{
+			RunID: t.RunID, FlowSlug: r.w.slug, StepSlug: t.StepSlug, TaskIndex: t.TaskIndex, Attempt: t.Attempt,
+			MessageID: t.MsgID, WorkerID: r.cfg.WorkerID, QueueName: r.w.slug,
+		},
+		input:     t.Input,
+		flowInput: t.FlowInput,
+		loadFlowInput: func(ctx context.Context) (json.RawMessage, error) {
+			return r.w.inputs.get(ctx, t.RunID, func(ctx context.Context) (json.RawMessage, error) {
+				return sqlapi.RunInput(ctx, r.w.pool, t.RunID)
+			})
+		},
+		logger: log,
+	}
+	log.Debug("task started")
+	start := time.Now()
+	out, err := def.run(r.handlerCtx, env)
+	elapsed := time.Since(start)
+	if err == nil {
+		log.Debug("task completed", "duration", elapsed)
+		r.reportCompletion(log, t, out)
+		return
+	}
+	msg := err.Error()
+	if pe := (*PanicError)(nil); errors.As(err, &pe) {
+		log.Error("handler panicked", "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack), "duration", elapsed)
+	} else {
+		log.Warn("task failed", "error", msg, "duration", elapsed)
+	}
+	if r.handlerCtx.Err() != nil {
+		msg = fmt.Sprintf("worker %s shut down: the handler was still running %s after shutdown began and its context was cancelled: %s",
+			r.cfg.WorkerID, r.cfg.ShutdownTimeout, msg)
+	}
+	r.reportFailure(log, t, msg)
+}
+
+// reportCompletion records a successful task. An output the database rejects (e.g. a string with a NUL
+// character, which jsonb cannot hold) fails the task instead.
+func (r *workerRun) reportCompletion(log *slog.Logger, t sqlapi.ClaimedTask, out json.RawMessage) {
+	status, err := r.report(log, "complete_task", func(ctx context.Context) (string, error) {
+		return sqlapi.CompleteTask(ctx, r.w.pool, t.RunID, t.StepSlug, t.TaskIndex, out)
+	})
+	var pgErr *pgconn.PgError
+	switch {
+	case err != nil && errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22"):
+		msg := fmt.Sprintf("pgflow: step %q: the database rejected the handler's output: %s (SQLSTATE %s)", t.StepSlug, pgErr.Message, pgErr.Code)
+		log.Warn("task output rejected by the database; failing the task", "error", msg)
+		r.reportFailure(log, t, msg)
+	case err != nil:
+		r.logReportLost(log, "complete_task", err)
+	case status != "completed":
+		log.Info("task result not recorded: the task is no longer running (its run failed or its step finished)", "status", status)
+	}
+}
+
+// reportFailure records a failed task with pgflow.fail_task.
+func (r *workerRun) reportFailure(log *slog.Logger, t sqlapi.ClaimedTask, msg string) {
+	msg = cleanErrorMessage(msg)
+	status, err := r.report(log, "fail_task", func(ctx context.Context) (string, error) {
+		return sqlapi.FailTask(ctx, r.w.pool, t.RunID, t.StepSlug, t.TaskIndex, msg)
+	})
+	switch {
+	case err != nil:
+		r.logReportLost(log, "fail_task", err)
+	case status == "queued":
+		log.Info("task will be retried")
+	case status == "failed":
+		log.Warn("task failed permanently: no attempts left", "error", msg)
+	default:
+		log.Info("task failure not recorded: the task is no longer running (its run failed or its step finished)", "status", status)
+	}
+}
+
+func (r *workerRun) logReportLost(log *slog.Logger, call string, err error) {
+	log.Error("could not report the task's result; the task stays started until stalled-task recovery requeues it",
+		"call", "pgflow."+call, "error", err)
+}
+
+// report runs call until it succeeds. Transient errors are retried with backoff until the hard stop, after which
+// one more attempt is made; permanent errors are returned at once. Reporting never costs the task an attempt.
+func (r *workerRun) report(log *slog.Logger, what string, call func(context.Context) (string, error)) (string, error) {
+	for n := 1; ; n++ {
+		status, err := call(r.reportCtx)
+		if err == nil {
+			return status, nil
+		}
+		if permanentDBError(err) || r.handlerCtx.Err() != nil || r.reportCtx.Err() != nil {
+			return "", err
+		}
+		delay := r.w.hooks.retry.Delay(n)
+		log.Warn("reporting the task's result failed, retrying", "call", "pgflow."+what, "retry", n, "delay", delay, "error", err)
+		_ = sleepCtx(r.handlerCtx, delay) // at the hard stop: one last attempt
+	}
+}
+
+// cleanErrorMessage makes msg storable as text: valid UTF-8, no NUL characters, bounded length.
+func cleanErrorMessage(msg string) string {
+	msg = strings.ToValidUTF8(msg, "\uFFFD")
+	msg = strings.ReplaceAll(msg, "\x00", `\x00`)
+	if len(msg) > maxErrorMessageLen {
+		cut := maxErrorMessageLen
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + " … (truncated)"
+	}
+	if msg == "" {
+		msg = "handler failed without an error message"
+	}
+	return msg
+}
+
+// heartbeatLoop sends heartbeats every HeartbeatInterval until ctx ends; it begins shutdown on deprecation and
+// registers the worker again when its row is missing.
+func (r *workerRun) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		deprecated, err := sqlapi.HeartbeatWorker(ctx, r.w.pool, r.cfg.WorkerID)
+		switch {
+		case errors.Is(err, sqlapi.ErrWorkerNotRegistered):
+			r.log.Warn("worker row missing from pgflow.workers; registering again")
+			if err := sqlapi.RegisterWorker(ctx, r.w.pool, r.cfg.WorkerID, r.w.slug, workerFunctionName); err != nil && ctx.Err() == nil {
+				r.log.Warn("registering the worker again failed", "error", err)
+			}
+		case err != nil:
+			if ctx.Err() == nil {
+				r.log.Warn("heartbeat failed", "error", err)
+			}
+		case deprecated && r.loopCtx.Err() == nil:
+			r.log.Info("worker deprecated: finishing in-flight tasks and stopping")
+			r.stopLoop(errDeprecated)
+		}
+	}
+}
+
+// maintenanceLoop runs pgflow.requeue_stalled_tasks every MaintenanceInterval (when no other worker is doing it)
+// until ctx ends.
+func (r *workerRun) maintenanceLoop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.MaintenanceInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ran, n, err := sqlapi.RequeueStalledTasks(ctx, r.w.pool)
+		switch {
+		case err != nil:
+			if ctx.Err() == nil {
+				r.log.Warn("stalled-task maintenance failed", "error", err)
+			}
+		case !ran:
+			r.log.Debug("stalled-task maintenance skipped: another worker is running it")
+		case n > 0:
+			r.log.Info("requeued stalled tasks", "count", n)
+		}
+	}
+}
+
+// runInputCache keeps the inputs of recently seen runs so the tasks of one run load it at most once while it is
+// cached. It holds at most size runs (least recently used evicted); concurrent loads of one run share one query.
+type runInputCache struct {
+	mu      sync.Mutex
+	size    int
+	entries map[string]*inputEntry
+	tick    uint64
+}
+
+type inputEntry struct {
+	ready    chan struct{} // closed when raw/err are set
+	raw      json.RawMessage
+	err      error
+	lastUsed uint64
+}
+
+func newRunInputCache(size int) *runInputCache {
+	return &runInputCache{size: size, entries: make(map[string]*inputEntry)}
+}
+
+// put stores a run input that arrived with a task.
+func (c *runInputCache) put(runID string, raw json.RawMessage) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.entries[runID]; ok {
+		c.tick++
+		e.lastUsed = c.tick
+		return
+	}
+	e := &inputEntry{ready: make(chan struct{}), raw: raw}
+	close(e.ready)
+	c.insertLocked(runID, e)
+}
+
+// get returns the input of runID, loading it with load when it is not cached. A failed load is not cached.
+func (c *runInputCache) get(ctx context.Context, runID string, load func(context.Context) (json.RawMessage, error)) (json.RawMessage, error) {
+	c.mu.Lock()
+	e, ok := c.entries[runID]
+	if ok {
+		c.tick++
+		e.lastUsed = c.tick
+		c.mu.Unlock()
+		select {
+		case <-e.ready:
+			return e.raw, e.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	e = &inputEntry{ready: make(chan struct{})}
+	c.insertLocked(runID, e)
+	c.mu.Unlock()
+
+	e.raw, e.err = load(ctx)
+	if e.err != nil {
+		c.mu.Lock()
+		if c.entries[runID] == e {
+			delete(c.entries, runID)
+		}
+		c.mu.Unlock()
+	}
+	close(e.ready)
+	return e.raw, e.err
+}
+
+// insertLocked adds an entry, evicting the least recently used one when the cache is full; c.mu must be held.
+func (c *runInputCache) insertLocked(runID string, e *inputEntry) {
+	if len(c.entries) >= c.size {
+		var oldest string
+		var oldestTick uint64
+		first := true
+		for id, x := range c.entries {
+			if first || x.lastUsed < oldestTick {
+				oldest, oldestTick, first = id, x.lastUsed, false
+			}
+		}
+		delete(c.entries, oldest)
+	}
+	c.tick++
+	e.lastUsed = c.tick
+	c.entries[runID] = e
+}
+
+func (c *runInputCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
+}

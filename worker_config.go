@@ -1,0 +1,158 @@
+package pgflow
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// WorkerConfig configures a Worker. The zero value of every field means its documented default; negative values
+// are rejected (except MaintenanceInterval, where a negative value disables maintenance). NewWorker validates
+// the configuration and names any bad field and value in its error.
+type WorkerConfig struct {
+	// MaxConcurrent is the number of handlers that may run at once. Default 10.
+	MaxConcurrent int
+	// BatchSize is the largest number of messages read per poll; a poll never reads more messages than there are
+	// free handler slots. Default 10.
+	BatchSize int
+	// VisibilityTimeout hides a message read by this worker from other readers until the worker has claimed its
+	// task (pgflow.start_tasks then hides it for the step's timeout + 2 s). Whole seconds, rounded up. Default 5 s.
+	VisibilityTimeout time.Duration
+	// MaxPollWait is the longest one poll waits for a message when the queue is empty
+	// (pgmq.read_with_poll max_poll_seconds). Whole seconds, rounded up. Default 5 s.
+	MaxPollWait time.Duration
+	// PollInterval is how often a waiting poll looks at the queue again (pgmq.read_with_poll poll_interval_ms).
+	// Whole milliseconds, rounded up. Default 100 ms.
+	PollInterval time.Duration
+	// HeartbeatInterval is how often the worker records that it is alive (pgflow.heartbeat_worker) and learns
+	// whether it was deprecated. Heartbeats run on their own timer, independent of handlers. Default 5 s.
+	HeartbeatInterval time.Duration
+	// ShutdownTimeout is how long in-flight handlers may keep running after shutdown began; then their context is
+	// cancelled. Default 30 s.
+	ShutdownTimeout time.Duration
+	// MaintenanceInterval is how often the worker runs pgflow.requeue_stalled_tasks (at most one worker of a
+	// database at a time, under an advisory lock). Default 15 s; negative disables maintenance in this worker.
+	MaintenanceInterval time.Duration
+	// AllowDataLoss lets the worker recompile a flow whose stored definition differs from the code even in
+	// production, which deletes the flow's runs, tasks and queue. Without it a difference stops the worker with
+	// a *ShapeMismatchError, unless the database is local (pgflow.is_local()).
+	AllowDataLoss bool
+	// WorkerID identifies the worker in pgflow.workers and in logs; it must be a UUID. Default: a random UUID.
+	WorkerID string
+	// Logger receives the worker's logs. Default: warnings and errors as text on stderr.
+	Logger *slog.Logger
+}
+
+// Defaults of WorkerConfig.
+const (
+	DefaultMaxConcurrent       = 10
+	DefaultBatchSize           = 10
+	DefaultVisibilityTimeout   = 5 * time.Second
+	DefaultMaxPollWait         = 5 * time.Second
+	DefaultPollInterval        = 100 * time.Millisecond
+	DefaultHeartbeatInterval   = 5 * time.Second
+	DefaultShutdownTimeout     = 30 * time.Second
+	DefaultMaintenanceInterval = 15 * time.Second
+)
+
+// resolvedConfig is a validated WorkerConfig with every default applied and the SQL-facing units computed.
+type resolvedConfig struct {
+	WorkerConfig
+	vtSeconds       int
+	maxPollSeconds  int
+	pollIntervalMs  int
+	maintenanceOff  bool
+	workerIDDefault bool
+}
+
+var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// resolve validates c and applies the defaults. Every problem is reported, each naming the field and its value.
+func (c WorkerConfig) resolve() (resolvedConfig, error) {
+	var errs []error
+	bad := func(field string, value any, rule string) {
+		errs = append(errs, fmt.Errorf("pgflow: WorkerConfig.%s = %v: %s", field, value, rule))
+	}
+	r := resolvedConfig{WorkerConfig: c}
+
+	intField := func(field string, v *int, def int) {
+		switch {
+		case *v < 0:
+			bad(field, *v, fmt.Sprintf("must be >= 1 (0 means the default, %d)", def))
+		case *v == 0:
+			*v = def
+		case *v > math.MaxInt32:
+			bad(field, *v, fmt.Sprintf("must be at most %d", math.MaxInt32))
+		}
+	}
+	intField("MaxConcurrent", &r.MaxConcurrent, DefaultMaxConcurrent)
+	intField("BatchSize", &r.BatchSize, DefaultBatchSize)
+
+	durField := func(field string, v *time.Duration, def time.Duration) bool {
+		if *v < 0 {
+			bad(field, *v, fmt.Sprintf("must be positive (0 means the default, %s)", def))
+			return false
+		}
+		if *v == 0 {
+			*v = def
+		}
+		return true
+	}
+	// ceilUnits rounds d up to whole units and checks that the count fits the SQL integer argument.
+	ceilUnits := func(field string, d, unit time.Duration) int {
+		n := (d + unit - 1) / unit
+		if n > math.MaxInt32 {
+			bad(field, d, fmt.Sprintf("must be at most %s", time.Duration(math.MaxInt32)*unit))
+			return 0
+		}
+		return int(n)
+	}
+	if durField("VisibilityTimeout", &r.VisibilityTimeout, DefaultVisibilityTimeout) {
+		r.vtSeconds = ceilUnits("VisibilityTimeout", r.VisibilityTimeout, time.Second)
+	}
+	if durField("MaxPollWait", &r.MaxPollWait, DefaultMaxPollWait) {
+		r.maxPollSeconds = ceilUnits("MaxPollWait", r.MaxPollWait, time.Second)
+	}
+	if durField("PollInterval", &r.PollInterval, DefaultPollInterval) {
+		r.pollIntervalMs = ceilUnits("PollInterval", r.PollInterval, time.Millisecond)
+	}
+	durField("HeartbeatInterval", &r.HeartbeatInterval, DefaultHeartbeatInterval)
+	durField("ShutdownTimeout", &r.ShutdownTimeout, DefaultShutdownTimeout)
+	switch {
+	case r.MaintenanceInterval < 0:
+		r.maintenanceOff = true
+	case r.MaintenanceInterval == 0:
+		r.MaintenanceInterval = DefaultMaintenanceInterval
+	}
+
+	if r.WorkerID == "" {
+		r.WorkerID = newUUID()
+		r.workerIDDefault = true
+	} else if !uuidPattern.MatchString(r.WorkerID) {
+		bad("WorkerID", fmt.Sprintf("%q", r.WorkerID), "must be a UUID such as 0f8fad5b-d9cb-469f-a165-70867728950e (empty means a random one)")
+	} else {
+		r.WorkerID = strings.ToLower(r.WorkerID)
+	}
+	if r.Logger == nil {
+		r.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if len(errs) > 0 {
+		return resolvedConfig{}, errors.Join(errs...)
+	}
+	return r, nil
+}
+
+// newUUID returns a random (version 4) UUID in canonical text form.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
