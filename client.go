@@ -1,0 +1,506 @@
+package pgflow
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgflow-go/pgflow/internal/notify"
+	"github.com/pgflow-go/pgflow/internal/sqlapi"
+)
+
+// Client starts runs, reads them, waits for them to finish and streams their events. It is safe for concurrent
+// use. Create it with NewClient and Close it when done.
+//
+// Reads and starts go through the pool. Waiting and subscribing share one extra dedicated connection that
+// LISTENs for the database's run events; it is opened on first use, re-opened with backoff if it breaks, and
+// closed by Close.
+type Client struct {
+	pool         *pgxpool.Pool
+	log          *slog.Logger
+	pollInterval time.Duration
+	listenConfig *pgx.ConnConfig
+
+	mu       sync.Mutex
+	listener *notify.Listener
+	closed   bool
+
+	// afterRead, when set (tests only), is called by WaitRun and Subscribe after each state read.
+	afterRead func(*Run)
+}
+
+// ClientOption configures a Client.
+type ClientOption func(*Client)
+
+// WithLogger sets the logger for listener reconnects and transient read errors. Default: slog.Default().
+func WithLogger(l *slog.Logger) ClientOption {
+	return func(c *Client) {
+		if l != nil {
+			c.log = l
+		}
+	}
+}
+
+// WithPollInterval sets how often WaitRun re-reads a run when no event arrives (the fallback for events that
+// cannot arrive, e.g. while the listener reconnects). Default: 1s. Values <= 0 keep the default.
+func WithPollInterval(d time.Duration) ClientOption {
+	return func(c *Client) {
+		if d > 0 {
+			c.pollInterval = d
+		}
+	}
+}
+
+// WithListenConfig sets the connection settings of the dedicated LISTEN connection. Use it when the pool goes
+// through a pooler in transaction mode (PgBouncer), which does not deliver notifications: point this one at the
+// database directly. Default: a copy of the pool's connection config.
+func WithListenConfig(cfg *pgx.ConnConfig) ClientOption {
+	return func(c *Client) { c.listenConfig = cfg }
+}
+
+// NewClient returns a Client that uses pool. The pool is not closed by Client.Close.
+func NewClient(pool *pgxpool.Pool, opts ...ClientOption) *Client {
+	c := &Client{pool: pool, log: slog.Default(), pollInterval: time.Second}
+	for _, o := range opts {
+		if o != nil {
+			o(c)
+		}
+	}
+	return c
+}
+
+// Close stops the listener connection, if it was started, and ends every Subscribe channel. WaitRun calls in
+// progress return ErrClientClosed. Close is idempotent.
+func (c *Client) Close() {
+	c.mu.Lock()
+	c.closed = true
+	l := c.listener
+	c.mu.Unlock()
+	if l != nil {
+		l.Close()
+	}
+}
+
+// StartOption configures one start.
+type StartOption func(*startOptions)
+
+type startOptions struct {
+	runID string
+}
+
+// WithRunID starts the run with a caller-chosen id (a UUID), which makes the start idempotent: if a run of the
+// same flow with that id already exists, the start returns it (as it is now) instead of starting another one,
+// also when several callers start it concurrently. The input of the existing run is not compared. An id that
+// belongs to a run of another flow gives ErrRunIDConflict.
+func WithRunID(id string) StartOption {
+	return func(o *startOptions) { o.runID = id }
+}
+
+// StartRun starts a run of flow with input (encoded with encoding/json) and returns the run as it is at the end
+// of the start: root steps are started, and a run whose steps are all taskless or skipped is already
+// completed. The flow must exist in the database (a worker compiles it at startup, or run flow.CompileSQL).
+func StartRun[I any](ctx context.Context, c *Client, flow *Flow[I], input I, opts ...StartOption) (*Run, error) {
+	if flow == nil {
+		return nil, errors.New("pgflow: StartRun with a nil flow")
+	}
+	if err := flow.Err(); err != nil {
+		return nil, fmt.Errorf("pgflow: start run of flow %q: invalid definition: %w", flow.Slug(), err)
+	}
+	raw, err := json.Marshal(input)
+	if err != nil {
+		return nil, fmt.Errorf("pgflow: start run of flow %q: encode input %T: %w", flow.Slug(), input, err)
+	}
+	return c.StartRunJSON(ctx, flow.Slug(), raw, opts...)
+}
+
+// StartRunJSON starts a run of the flow named flowSlug with a JSON input (nil or empty means JSON null). See
+// StartRun. A flow with a map step over the run input needs an array input; anything else is rejected with the
+// database's message.
+func (c *Client) StartRunJSON(ctx context.Context, flowSlug string, input json.RawMessage, opts ...StartOption) (*Run, error) {
+	return c.start(ctx, c.pool, nil, flowSlug, input, opts)
+}
+
+// StartRunTx starts a run inside the caller's transaction, so the run exists (and its first tasks can be
+// picked up) only if the transaction commits; its events are delivered at commit as well. Everything else is as
+// in StartRunJSON; on a caller-chosen run id that already exists, the failed attempt is rolled back to a
+// savepoint, so the transaction stays usable.
+func (c *Client) StartRunTx(ctx context.Context, tx pgx.Tx, flowSlug string, input json.RawMessage, opts ...StartOption) (*Run, error) {
+	if tx == nil {
+		return nil, errors.New("pgflow: StartRunTx with a nil transaction")
+	}
+	return c.start(ctx, tx, tx, flowSlug, input, opts)
+}
+
+func (c *Client) start(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowSlug string, input json.RawMessage, opts []StartOption) (*Run, error) {
+	var o startOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if flowSlug == "" {
+		return nil, fmt.Errorf("pgflow: start run: empty flow slug: %w", ErrFlowNotFound)
+	}
+	if len(strings.TrimSpace(string(input))) == 0 {
+		input = json.RawMessage("null")
+	} else if !json.Valid(input) {
+		return nil, fmt.Errorf("pgflow: start run of flow %q: input is not valid JSON: %.100q", flowSlug, input)
+	}
+	runID := ""
+	if o.runID != "" {
+		id, err := canonicalRunID(o.runID)
+		if err != nil {
+			return nil, fmt.Errorf("pgflow: start run of flow %q: %w", flowSlug, err)
+		}
+		runID = id
+		// Most repeated starts find their run here, without an error in the server log.
+		existing, err := sqlapi.GetRunWithStates(ctx, db, runID)
+		if err != nil {
+			return nil, fmt.Errorf("pgflow: start run %s of flow %q: read existing run: %w", runID, flowSlug, err)
+		}
+		if existing != nil {
+			return existingRun(existing, flowSlug)
+		}
+	}
+
+	started, err := startOnce(ctx, db, tx, flowSlug, input, runID)
+	switch {
+	case err == nil:
+		return runFromRow(started), nil
+	case runID != "" && sqlapi.IsDuplicateRun(err):
+		// A concurrent start with the same id committed first; it is the run.
+		existing, rerr := sqlapi.GetRunWithStates(ctx, db, runID)
+		if rerr != nil {
+			return nil, fmt.Errorf("pgflow: start run %s of flow %q: read existing run: %w", runID, flowSlug, rerr)
+		}
+		if existing == nil {
+			return nil, fmt.Errorf("pgflow: start run %s of flow %q: the id is taken but the run is not visible (repeatable-read transaction?): %w", runID, flowSlug, err)
+		}
+		return existingRun(existing, flowSlug)
+	case sqlapi.IsUnknownFlow(err):
+		return nil, fmt.Errorf("pgflow: start run of flow %q: %w (compile it first: start a worker for it or run its CompileSQL statements)", flowSlug, ErrFlowNotFound)
+	case sqlapi.IsInvalidRunID(err):
+		return nil, fmt.Errorf("pgflow: start run of flow %q: %w: %w", flowSlug, ErrInvalidRunID, err)
+	default:
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "P0001" {
+			// A check of start_flow, e.g. "Flow x has root map steps but input is not an array (got object)".
+			return nil, fmt.Errorf("pgflow: start run of flow %q: %s: %w", flowSlug, pgErr.Message, err)
+		}
+		return nil, fmt.Errorf("pgflow: start run of flow %q: %w", flowSlug, err)
+	}
+}
+
+// startOnce calls start_flow_with_states; inside a caller's transaction it does so under a savepoint, so a
+// failed start does not abort the transaction.
+func startOnce(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowSlug string, input json.RawMessage, runID string) (*sqlapi.RunWithStates, error) {
+	if tx == nil {
+		return sqlapi.StartFlowWithStates(ctx, db, flowSlug, input, runID)
+	}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("savepoint: %w", err)
+	}
+	r, err := sqlapi.StartFlowWithStates(ctx, sp, flowSlug, input, runID)
+	if err != nil {
+		if rerr := sp.Rollback(ctx); rerr != nil {
+			return nil, errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rerr))
+		}
+		return nil, err
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("release savepoint: %w", err)
+	}
+	return r, nil
+}
+
+func existingRun(r *sqlapi.RunWithStates, flowSlug string) (*Run, error) {
+	if r.Run.FlowSlug != flowSlug {
+		return nil, fmt.Errorf("pgflow: start run %s of flow %q: the id belongs to a run of flow %q: %w",
+			r.Run.RunID, flowSlug, r.Run.FlowSlug, ErrRunIDConflict)
+	}
+	return runFromRow(r), nil
+}
+
+// GetRun reads a run and all its step states in one consistent statement. An unknown id gives an error
+// wrapping ErrRunNotFound; an id that is not a UUID, ErrInvalidRunID.
+func (c *Client) GetRun(ctx context.Context, runID string) (*Run, error) {
+	id, err := canonicalRunID(runID)
+	if err != nil {
+		return nil, fmt.Errorf("pgflow: get run: %w", err)
+	}
+	return c.getRun(ctx, id)
+}
+
+func (c *Client) getRun(ctx context.Context, id string) (*Run, error) {
+	r, err := sqlapi.GetRunWithStates(ctx, c.pool, id)
+	if err != nil {
+		return nil, fmt.Errorf("pgflow: get run %s: %w", id, err)
+	}
+	if r == nil {
+		return nil, fmt.Errorf("pgflow: get run %s: %w", id, ErrRunNotFound)
+	}
+	return runFromRow(r), nil
+}
+
+// WaitRun waits until the run is completed or failed and returns it (a failed run is returned with a nil error;
+// check Status or Run.Err). It listens for the run's events and re-reads the run when one says the run ended,
+// and also re-reads it every poll interval, so it finishes even if events cannot be delivered. No transition is
+// missed: it subscribes before it reads, and re-reads after the listener (re)connects. It returns ctx's error
+// when ctx ends first, ErrRunNotFound for an unknown run and ErrClientClosed if the client is closed.
+func (c *Client) WaitRun(ctx context.Context, runID string) (*Run, error) {
+	id, err := canonicalRunID(runID)
+	if err != nil {
+		return nil, fmt.Errorf("pgflow: wait run: %w", err)
+	}
+	sub, err := c.subscribe(id)
+	if err != nil {
+		return nil, fmt.Errorf("pgflow: wait run %s: %w", id, err)
+	}
+	defer sub.Close()
+
+	ticker := time.NewTicker(c.pollInterval)
+	defer ticker.Stop()
+	for {
+		run, err := c.getRun(ctx, id)
+		switch {
+		case err == nil:
+			if c.afterRead != nil {
+				c.afterRead(run)
+			}
+			if run.Status.Terminal() {
+				return run, nil
+			}
+		case errors.Is(err, ErrRunNotFound), ctx.Err() != nil, isServerError(err):
+			return nil, fmt.Errorf("pgflow: wait run %s: %w", id, errors.Join(err, ctx.Err()))
+		default:
+			// A broken pool connection or similar: try again at the next tick.
+			c.log.Warn("pgflow: wait run: read failed; retrying", "run_id", id, "error", err)
+		}
+
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("pgflow: wait run %s: %w", id, ctx.Err())
+			case <-sub.Done():
+				return nil, fmt.Errorf("pgflow: wait run %s: %w", id, ErrClientClosed)
+			case <-ticker.C:
+				break wait
+			case <-sub.Ready():
+				if c.worthReading(sub.Drain(), id) {
+					break wait
+				}
+			}
+		}
+	}
+}
+
+// worthReading reports whether a batch of notifications may change WaitRun's answer: a Resync, a run event of
+// this run or anything it cannot parse.
+func (c *Client) worthReading(msgs []notify.Message, runID string) bool {
+	for _, m := range msgs {
+		if m.Resync {
+			return true
+		}
+		ev, err := parseEvent(m.Payload)
+		if err != nil || (ev.RunID == runID && ev.IsRunEvent()) {
+			return true
+		}
+	}
+	return false
+}
+
+func isServerError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr)
+}
+
+// Subscribe streams the events of one run. It returns once the client listens for them: every transition
+// committed after Subscribe returns is delivered in commit order, and the channel is closed after the run's
+// terminal event (run:completed or run:failed), when ctx ends or when the client is closed. Events from before
+// the call are not replayed; read the run with GetRun after subscribing to see where it stands. A run that is
+// already completed or failed gives a channel that is closed at once.
+//
+// If the listener connection breaks, events committed while it reconnects are lost (nothing is synthesized);
+// after reconnecting the client re-reads the run and closes the channel if it ended meanwhile. GetRun and
+// WaitRun are the authoritative views. Read the channel promptly: up to 10000 undelivered events wait per
+// subscription; beyond that the oldest are dropped and the run is re-read as after a reconnect.
+func (c *Client) Subscribe(ctx context.Context, runID string) (<-chan Event, error) {
+	id, err := canonicalRunID(runID)
+	if err != nil {
+		return nil, fmt.Errorf("pgflow: subscribe: %w", err)
+	}
+	sub, err := c.subscribe(id)
+	if err != nil {
+		return nil, fmt.Errorf("pgflow: subscribe to run %s: %w", id, err)
+	}
+	select {
+	case <-sub.Active():
+	case <-sub.Done():
+		return nil, fmt.Errorf("pgflow: subscribe to run %s: %w", id, ErrClientClosed)
+	case <-ctx.Done():
+		sub.Close()
+		return nil, fmt.Errorf("pgflow: subscribe to run %s: %w", id, ctx.Err())
+	}
+	run, err := c.getRun(ctx, id)
+	if err != nil {
+		sub.Close()
+		return nil, fmt.Errorf("pgflow: subscribe: %w", err)
+	}
+	if c.afterRead != nil {
+		c.afterRead(run)
+	}
+	out := make(chan Event, 16)
+	if run.Status.Terminal() {
+		sub.Close()
+		close(out)
+		return out, nil
+	}
+	go c.forward(ctx, sub, id, out)
+	return out, nil
+}
+
+// forward moves one run's events from the subscription to out until the run ends, ctx ends or the client closes.
+func (c *Client) forward(ctx context.Context, sub *notify.Subscription, runID string, out chan<- Event) {
+	defer close(out)
+	defer sub.Close()
+	send := func(ev Event) bool {
+		select {
+		case out <- ev:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-sub.Done():
+			return
+		case <-sub.Ready():
+		}
+		msgs := sub.Drain()
+		ended := false
+		for _, m := range msgs {
+			if m.Resync {
+				if ended {
+					continue
+				}
+				run, err := c.getRun(ctx, runID)
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					c.log.Warn("pgflow: subscribe: re-read after reconnect failed", "run_id", runID, "error", err)
+					continue
+				}
+				if c.afterRead != nil {
+					c.afterRead(run)
+				}
+				// Events queued behind the Resync in this batch are still delivered, then the channel closes.
+				ended = run.Status.Terminal()
+				continue
+			}
+			ev, err := parseEvent(m.Payload)
+			if err != nil {
+				c.log.Warn("pgflow: subscribe: ignoring malformed event", "run_id", runID, "payload", m.Payload, "error", err)
+				continue
+			}
+			if ev.RunID != runID {
+				continue
+			}
+			if !send(ev) {
+				return
+			}
+			ended = ended || ev.IsTerminal()
+		}
+		if ended {
+			return
+		}
+	}
+}
+
+// subscribe registers for the run's channel, starting the listener on first use.
+func (c *Client) subscribe(runID string) (*notify.Subscription, error) {
+	l, err := c.getListener()
+	if err != nil {
+		return nil, err
+	}
+	sub, err := l.Subscribe(runChannel(runID))
+	if errors.Is(err, notify.ErrClosed) {
+		return nil, ErrClientClosed
+	}
+	return sub, err
+}
+
+func (c *Client) getListener() (*notify.Listener, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClientClosed
+	}
+	if c.listener == nil {
+		cfg := c.listenConfig
+		if cfg == nil {
+			cfg = c.pool.Config().ConnConfig
+		}
+		cfg = cfg.Copy()
+		if cfg.RuntimeParams == nil {
+			cfg.RuntimeParams = map[string]string{}
+		}
+		if cfg.RuntimeParams["application_name"] == "" {
+			cfg.RuntimeParams["application_name"] = "pgflow-go client listener"
+		}
+		c.listener = notify.New(notify.Config{
+			Connect: func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cfg) },
+			Logger:  c.log,
+		})
+	}
+	return c.listener, nil
+}
+
+// runChannel is the notification channel of one run, as pgflow._emit_event names it.
+func runChannel(runID string) string { return "pgflow:run:" + runID }
+
+func parseEvent(payload string) (Event, error) {
+	var ev Event
+	if err := json.Unmarshal([]byte(payload), &ev); err != nil {
+		return ev, err
+	}
+	if ev.Type == "" || ev.RunID == "" {
+		return ev, fmt.Errorf("event without event_type or run_id: %s", payload)
+	}
+	return ev, nil
+}
+
+// canonicalRunID accepts the UUID spellings PostgreSQL accepts (any case, optional braces, optional hyphens
+// between groups of four digits) and returns the canonical lower-case 8-4-4-4-12 form, the form in which the
+// database names the run's notification channel.
+func canonicalRunID(id string) (string, error) {
+	s := id
+	if strings.HasPrefix(s, "{") && strings.HasSuffix(s, "}") {
+		s = s[1 : len(s)-1]
+	}
+	s = strings.ReplaceAll(s, "-", "")
+	var b [16]byte
+	if len(s) != 32 {
+		return "", fmt.Errorf("%w: %q is not a UUID", ErrInvalidRunID, id)
+	}
+	if _, err := hex.Decode(b[:], []byte(s)); err != nil {
+		return "", fmt.Errorf("%w: %q is not a UUID", ErrInvalidRunID, id)
+	}
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32], nil
+}
