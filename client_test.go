@@ -604,7 +604,7 @@ func TestClientSubscribeNoLostEvent(t *testing.T) {
 	events, err := c.Subscribe(ctx, run.ID)
 	require.NoError(t, err)
 	var got []string
-	for ev := range events {
+	for _, ev := range clDrain(t, events) {
 		got = append(got, ev.Event)
 	}
 	require.Equal(t, []string{"step:only:failed", "run:failed"}, got)
@@ -651,10 +651,7 @@ func TestClientSubscribeEvents(t *testing.T) {
 	require.NoError(t, err)
 	clDrive(t, c, "chain", run.ID, clEcho)
 
-	var got []Event
-	for ev := range events {
-		got = append(got, ev)
-	}
+	got := clDrain(t, events)
 	var names []string
 	for _, ev := range got {
 		names = append(names, ev.Event)
@@ -691,7 +688,24 @@ func TestClientSubscribeTerminalRunAndCancel(t *testing.T) {
 	events, err = c.Subscribe(subCtx, running.ID)
 	require.NoError(t, err)
 	cancel()
-	for range events {
+	clDrain(t, events)
+}
+
+// clDrain reads events until the channel is closed.
+func clDrain(t *testing.T, events <-chan Event) []Event {
+	t.Helper()
+	var got []Event
+	timeout := time.After(clWait)
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return got
+			}
+			got = append(got, ev)
+		case <-timeout:
+			t.Fatalf("event channel not closed within %s; got %v", clWait, got)
+		}
 	}
 }
 
@@ -762,11 +776,12 @@ func TestClientListenerReconnect(t *testing.T) {
 	require.NoError(t, <-waitDone)
 	require.Equal(t, RunCompleted, waited.Status)
 	var rest []string
-	for ev := range events {
+	for _, ev := range clDrain(t, events) {
 		rest = append(rest, ev.Event)
 	}
 	// Events committed while disconnected are lost; nothing is synthesized. (step:second:started may have been
 	// read from the socket before the kill, so only the lost ones are certain.)
+	require.NotContains(t, rest, "step:second:completed")
 	require.NotContains(t, rest, "run:completed")
 	newPID := c.listener.BackendPID()
 	require.NotZero(t, newPID)
@@ -817,8 +832,7 @@ func TestClientClose(t *testing.T) {
 	}()
 
 	c.Close()
-	for range events {
-	}
+	clDrain(t, events)
 	require.ErrorIs(t, <-waitDone, ErrClientClosed)
 	_, err = c.WaitRun(ctx, run.ID)
 	require.ErrorIs(t, err, ErrClientClosed)
