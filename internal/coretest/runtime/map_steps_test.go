@@ -184,6 +184,15 @@ func TestTypeViolations(t *testing.T) {
 			names := fx.EventNames(fx.RealtimeEvents(t, db, run.RunID))
 			require.Equal(t, []string{"run:failed", "step:producer:failed"}, names[len(names)-2:],
 				"type violations emit run:failed before step:failed")
+			stepMsg := "[TYPE_VIOLATION] Map step consumer expects array input but dependency producer produced " + c.typ
+			rf := fx.FindEvent(t, db, run.RunID, "run:failed", "").Payload
+			require.Equal(t, "f", rf["flow_slug"])
+			require.Equal(t, "failed", rf["status"])
+			require.Equal(t, stepMsg, rf["error_message"], "pgflow-go adds the step's message to run:failed")
+			require.Contains(t, rf, "failed_at")
+			sf := fx.FindEvent(t, db, run.RunID, "step:failed", "producer").Payload
+			require.Equal(t, stepMsg, sf["error_message"])
+			require.Contains(t, sf, "failed_at")
 		})
 	}
 }

@@ -143,3 +143,14 @@ func TestCompleteAndFailRacingOnOneTask(t *testing.T) {
 		}
 	}
 }
+
+// Step outputs exist only on completed steps; the constraint's error text is part of the API.
+func TestStepOutputOnlyForCompletedSteps(t *testing.T) {
+	t.Parallel()
+	db := newDB(t).Pool
+	fx.SetupFlow(t, db, "sequential")
+	run := fx.StartFlow(t, db, "sequential", `{}`)
+	_, err := db.Exec(fx.Ctx(t), `update pgflow.step_states set output = '1' where run_id = $1 and step_slug = 'first'`, run.RunID)
+	requirePgError(t, err, "23514",
+		`new row for relation "step_states" violates check constraint "output_only_for_completed_or_null"`)
+}

@@ -1,7 +1,9 @@
 package runtime_test
 
 import (
+	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -140,5 +142,53 @@ func TestRequeueStalledTasksGivesUpThroughFailurePath(t *testing.T) {
 
 			require.Equal(t, 0, requeue(t, db))
 		})
+	}
+}
+
+// Recovery racing a late completion of the same stalled task: exactly one of them wins and the state stays
+// consistent (completed and archived, or requeued with the completion ignored).
+func TestRequeueStalledTasksRacingCompletion(t *testing.T) {
+	t.Parallel()
+	db := newDB(t).Pool
+	fx.Exec(t, db, "select pgflow.create_flow('f', timeout => 1)")
+	fx.Exec(t, db, "select pgflow.add_step('f', 'a')")
+	fx.EnsureWorker(t, db, "f", fx.DefaultWorker)
+	for round := 0; round < 10; round++ {
+		run := fx.StartFlow(t, db, "f", `{}`)
+		id := *fx.GetTask(t, db, run.RunID, "a", 0).MessageID
+		require.Len(t, fx.StartTasks(t, db, "f", []int64{id}, fx.DefaultWorker), 1)
+		backdate(t, db, run.RunID, "a", 60)
+
+		var wg sync.WaitGroup
+		var cErr, rErr error
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			_, cErr = db.Exec(context.Background(), "select pgflow.complete_task($1, 'a', 0, '1'::jsonb)", run.RunID)
+		}()
+		go func() {
+			defer wg.Done()
+			_, rErr = db.Exec(context.Background(), "select pgflow.requeue_stalled_tasks()")
+		}()
+		wg.Wait()
+		require.NoError(t, cErr)
+		require.NoError(t, rErr)
+		tk := fx.GetTask(t, db, run.RunID, "a", 0)
+		switch tk.Status {
+		case "completed":
+			require.Equal(t, 0, tk.RequeuedCount)
+			require.Equal(t, "completed", fx.GetRun(t, db, run.RunID).Status)
+			require.True(t, fx.InArchive(t, db, "f", id))
+		case "queued":
+			require.Equal(t, 1, tk.RequeuedCount)
+			require.Empty(t, tk.Output, "the completion after the requeue was ignored")
+			require.Equal(t, "started", fx.GetRun(t, db, run.RunID).Status)
+			require.True(t, fx.InQueue(t, db, "f", id))
+			// Finish the run so the next round's requeue sees only its own task.
+			require.Len(t, fx.StartTasks(t, db, "f", []int64{id}, fx.DefaultWorker), 1)
+			fx.CompleteTask(t, db, run.RunID, "a", 0, `1`)
+		default:
+			t.Fatalf("round %d: task ended %s", round, tk.Status)
+		}
 	}
 }
