@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -1092,4 +1094,41 @@ func TestRunInputCacheSharesLoadsAndIsBounded(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, reloaded, "the least recently used run was evicted")
 	require.Equal(t, 3, c.len())
+}
+
+func TestRunWorkerStopsOnSIGTERM(t *testing.T) {
+	// Not parallel: it sends a signal to the test process (RunWorker has a handler installed while it runs).
+	db := pgtest.New(t)
+	f := NewFlow[int]("sigterm")
+	started := make(chan struct{})
+	release := make(chan struct{})
+	Step(f, "job", func(ctx context.Context, tk *Task[int]) (int, error) {
+		close(started)
+		<-release
+		return 1, nil
+	})
+	cfg, logs := testConfig(t)
+	cfg.WorkerID = newUUID()
+	done := make(chan error, 1)
+	go func() { done <- RunWorker(context.Background(), db.Pool, f, cfg) }()
+	waitFor(t, "worker registered", func() bool {
+		exists, _ := workerRow(t, db.Pool, cfg.WorkerID)
+		return exists
+	})
+	runID := startRun(t, db.Pool, "sigterm", 1)
+	waitClosed(t, "handler start", started)
+	self, err := os.FindProcess(os.Getpid())
+	require.NoError(t, err)
+	require.NoError(t, self.Signal(syscall.SIGTERM))
+	waitFor(t, "shutdown to begin", func() bool { return strings.Contains(logs.String(), "worker shutting down") })
+	close(release)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(waitTimeout):
+		t.Fatal("RunWorker did not return after SIGTERM")
+	}
+	require.Equal(t, "completed", waitRun(t, db.Pool, runID).Status)
+	_, stopped := workerRow(t, db.Pool, cfg.WorkerID)
+	require.True(t, stopped)
 }
