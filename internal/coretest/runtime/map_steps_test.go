@@ -231,3 +231,20 @@ func TestMapTaskExhaustedFailsRunWithoutAggregation(t *testing.T) {
 	// The sibling's late completion is ignored.
 	require.Equal(t, "started", fx.CompleteTask(t, db, run.RunID, "m", 2, `3`).Status)
 }
+
+// A dependent map that is already skipped needs no array: its parent's non-array output is not a type violation.
+func TestNoTypeViolationForSkippedMapChild(t *testing.T) {
+	t.Parallel()
+	db := newDB(t).Pool
+	fx.Exec(t, db, "select pgflow.create_flow('f')")
+	fx.Exec(t, db, "select pgflow.add_step('f', 'producer')")
+	fx.Exec(t, db, "select pgflow.add_step('f', 'consumer', array['producer'], step_type => 'map')")
+	run := fx.StartFlow(t, db, "f", `{}`)
+	fx.Val[int](t, db, "select pgflow._cascade_force_skip_steps($1, 'consumer', 'condition_unmet')", run.RunID)
+	fx.ReadAndStart(t, db, "f", 30, 1)
+	row := fx.CompleteTask(t, db, run.RunID, "producer", 0, `{"not": "array"}`)
+	require.Equal(t, "completed", row.Status)
+	r := fx.GetRun(t, db, run.RunID)
+	require.Equal(t, "completed", r.Status)
+	require.Equal(t, "", r.Output, "the only leaf was skipped")
+}

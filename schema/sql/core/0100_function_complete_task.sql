@@ -6,11 +6,12 @@
 --     nothing else changes;
 --   * task not 'started' (queued, completed, failed): nothing changes at all, no message is touched and no type
 --     check runs (upstream pgflow failed the run on a bad output even for a never-started task);
---   * type violation: a single step that has a dependent map still waiting for its array (initial_tasks NULL)
---     and produced anything but a JSON array (SQL NULL included) fails the run (run:failed), archives every
---     queued/started message of the run, fails the task ('[TYPE_VIOLATION] Produced <type> instead of array',
---     output stored) and the step ('[TYPE_VIOLATION] Map step <child> expects array input but dependency <step>
---     produced <type>', step:failed); when_exhausted does not apply;
+--   * type violation: a single step that has a dependent map still waiting for its array ('created',
+--     initial_tasks NULL; a map already skipped needs no array) and produced anything but a JSON array (SQL NULL
+--     included) fails the run (run:failed), archives every queued/started message of the run, fails the task
+--     ('[TYPE_VIOLATION] Produced <type> instead of array', output stored) and the step ('[TYPE_VIOLATION] Map
+--     step <child> expects array input but dependency <step> produced <type>', step:failed); when_exhausted does
+--     not apply;
 --   * otherwise the task is completed with the output exactly as given, the step's remaining_tasks drops; on the
 --     last task the step completes with its output (single: the task output; map: the outputs of all its tasks
 --     as one array ordered by task_index), its dependents' remaining_deps drop, dependent maps learn their task
@@ -88,6 +89,7 @@ begin
      where d.flow_slug = v_run.flow_slug
        and d.dep_slug = complete_task.step_slug
        and c.step_type = 'map'
+       and cs.status = 'created'
        and cs.initial_tasks is null
      order by c.step_index
      limit 1;
