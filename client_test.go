@@ -865,3 +865,56 @@ func TestCanonicalRunID(t *testing.T) {
 		require.ErrorContains(t, err, fmt.Sprintf("%q", in))
 	}
 }
+
+// The client with a real worker: typed start, WaitRun, typed outputs that are falsy.
+func TestClientWithWorker(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	c := clClient(t, db, WithPollInterval(time.Hour))
+	ctx := clCtx(t)
+
+	f, zero, no, empty, nothing := clFalsyFlow()
+	w, err := NewWorker(db.Pool, f, WorkerConfig{
+		MaxPollWait:  200 * time.Millisecond,
+		PollInterval: 20 * time.Millisecond,
+		Logger:       slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
+	require.NoError(t, err)
+	wctx, stop := context.WithCancel(ctx)
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- w.Run(wctx) }()
+	t.Cleanup(func() {
+		stop()
+		require.NoError(t, <-workerDone)
+	})
+
+	// The worker compiles the flow at startup; start as soon as it exists.
+	var run *Run
+	deadline := time.Now().Add(clWait)
+	for {
+		run, err = StartRun(ctx, c, f, clInput{Name: "x"})
+		if !errors.Is(err, ErrFlowNotFound) {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the worker never compiled the flow")
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(t, err)
+
+	run, err = c.WaitRun(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, RunCompleted, run.Status)
+	require.JSONEq(t, `{"zero": 0, "no": false, "empty": "", "nothing": null}`, string(run.Output))
+	z, err := StepOutput(run, zero)
+	require.NoError(t, err)
+	require.Equal(t, 0, z)
+	b, err := StepOutput(run, no)
+	require.NoError(t, err)
+	require.False(t, b)
+	s, err := StepOutput(run, empty)
+	require.NoError(t, err)
+	require.Equal(t, "", s)
+	p, err := StepOutput(run, nothing)
+	require.NoError(t, err)
+	require.Nil(t, p)
+}
