@@ -829,20 +829,23 @@ func TestWorkerRetriesReportingWithoutCostingAnAttempt(t *testing.T) {
 	db := pgtest.New(t)
 	f := NewFlow[int]("report_retry")
 	var calls atomic.Int32
+	locked := make(chan struct{})
 	Step(f, "job", func(ctx context.Context, tk *Task[int]) (int, error) {
 		calls.Add(1)
+		<-locked
 		return 5, nil
 	})
 	cfg, logs := testConfig(t)
 	startWorker(t, db.Pool, f, cfg)
 
 	// Hold the run's row lock so complete_task blocks, then kill the blocked backend: a lost connection.
+	runID := startRun(t, db.Pool, "report_retry", 1)
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	runID := startRun(t, db.Pool, "report_retry", 1)
 	_, err = tx.Exec(ctx, `select 1 from pgflow.runs where run_id = $1 for update`, runID)
 	require.NoError(t, err)
+	close(locked)
 	pid := blockedBackend(t, db.Pool, "pgflow.complete_task")
 	_, err = db.Pool.Exec(ctx, `select pg_terminate_backend($1)`, pid)
 	require.NoError(t, err)
