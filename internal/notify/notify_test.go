@@ -262,3 +262,29 @@ func TestCloseEndsSubscriptions(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Waits that time out (PingInterval) are followed by a ping; the connection stays usable and nothing is lost.
+func TestIdleConnectionIsPingedAndKept(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	l := newListener(t, db, func(c *notify.Config) { c.PingInterval = 10 * time.Millisecond })
+
+	s, err := l.Subscribe("theta")
+	require.NoError(t, err)
+	waitActive(t, s)
+	pid := l.BackendPID()
+
+	// Let several waits time out, checking that no Resync (a reconnect) happens meanwhile.
+	for range 10 {
+		time.Sleep(20 * time.Millisecond)
+		require.Empty(t, s.Drain())
+	}
+	require.Equal(t, pid, l.BackendPID(), "the idle connection was kept")
+	var last string
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		"select query from pg_stat_activity where pid = $1", int32(pid)).Scan(&last))
+	require.Equal(t, "-- ping", last, "the listener's last statement is pgx's ping")
+	notifyDB(t, db, "theta", "still here")
+	require.Equal(t, []string{"still here"}, collectPayloads(t, s, 1))
+	require.Equal(t, pid, l.BackendPID())
+}
