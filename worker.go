@@ -169,11 +169,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !w.used.CompareAndSwap(false, true) {
 		return fmt.Errorf("pgflow: worker %s of flow %q: Run was already called; create a new Worker", w.cfg.WorkerID, w.slug)
 	}
-	if err := w.startup(ctx); err != nil {
+	registering, err := w.startup(ctx)
+	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			// Shutdown was requested before the worker was running: not an error. The worker row may exist if
 			// registration raced with the cancellation.
-			w.markStopped(ctx)
+			if registering {
+				w.markStopped(ctx)
+			}
 			w.log.Info("worker stopped before startup completed")
 			return nil
 		}
@@ -184,7 +187,8 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // startup compiles or verifies the flow and registers the worker, retrying transient database errors.
-func (w *Worker) startup(ctx context.Context) error {
+// registering reports whether registration was attempted (so a worker row may exist).
+func (w *Worker) startup(ctx context.Context) (registering bool, err error) {
 	status := "not checked"
 	if !w.hooks.skipCompile {
 		var res sqlapi.CompileResult
@@ -193,12 +197,12 @@ func (w *Worker) startup(ctx context.Context) error {
 			return err
 		})
 		if err != nil {
-			return err
+			return false, err
 		}
 		status = res.Status
 		switch res.Status {
 		case "mismatch":
-			return &ShapeMismatchError{Flow: w.slug, Differences: res.Differences}
+			return false, &ShapeMismatchError{Flow: w.slug, Differences: res.Differences}
 		case "recompiled":
 			w.log.Warn("flow definition changed: the flow was recompiled and its runs, tasks and queue were deleted",
 				"differences", strings.Join(res.Differences, "; "))
@@ -207,18 +211,18 @@ func (w *Worker) startup(ctx context.Context) error {
 		case "verified":
 			w.log.Debug("flow definition matches the database")
 		default:
-			return fmt.Errorf("pgflow: worker %s: pgflow.ensure_flow_compiled(%q) returned the unknown status %q", w.cfg.WorkerID, w.slug, res.Status)
+			return false, fmt.Errorf("pgflow: worker %s: pgflow.ensure_flow_compiled(%q) returned the unknown status %q", w.cfg.WorkerID, w.slug, res.Status)
 		}
 	}
-	err := w.retryStartup(ctx, "register the worker", func(ctx context.Context) error {
+	err = w.retryStartup(ctx, "register the worker", func(ctx context.Context) error {
 		return sqlapi.RegisterWorker(ctx, w.pool, w.cfg.WorkerID, w.slug, workerFunctionName)
 	})
 	if err != nil {
-		return err
+		return true, err
 	}
 	w.log.Info("worker started", "queue", w.slug, "compilation", status,
 		"max_concurrent", w.cfg.MaxConcurrent, "batch_size", w.cfg.BatchSize)
-	return nil
+	return true, nil
 }
 
 // retryStartup runs fn until it succeeds, fails permanently, or ctx ends (then it returns ctx's error).
@@ -235,7 +239,7 @@ func (w *Worker) retryStartup(ctx context.Context, what string, fn func(context.
 			return fmt.Errorf("pgflow: worker %s: %s: %w%s", w.cfg.WorkerID, what, err, schemaHint(err))
 		}
 		delay := w.hooks.retry.Delay(n)
-		w.log.Warn("worker startup: database error, retrying", "step", what, "retry", n, "delay", delay, "error", err)
+		w.log.Warn("worker startup: database error, retrying", "action", what, "retry", n, "delay", delay, "error", err)
 		if sleepCtx(ctx, delay) != nil {
 			return fmt.Errorf("pgflow: worker %s: %s: %w", w.cfg.WorkerID, what, ctx.Err())
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -1134,4 +1135,21 @@ func TestRunWorkerStopsOnSIGTERM(t *testing.T) {
 	require.Equal(t, "completed", waitRun(t, db.Pool, runID).Status)
 	_, stopped := workerRow(t, db.Pool, cfg.WorkerID)
 	require.True(t, stopped)
+}
+
+func TestPermanentDBErrorClassification(t *testing.T) {
+	t.Parallel()
+	perm := func(code string) bool {
+		return permanentDBError(fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: code}))
+	}
+	for _, code := range []string{"42883", "42P01", "42501", "3F000", "22P05", "23505", "P0001", "28P01", "3D000"} {
+		require.True(t, perm(code), code)
+	}
+	for _, code := range []string{"08006", "40001", "40P01", "53300", "57P01", "57014", "55P03", "XX000"} {
+		require.False(t, perm(code), code)
+	}
+	require.False(t, permanentDBError(errors.New("dial tcp 127.0.0.1:1: connection refused")))
+	require.False(t, permanentDBError(context.DeadlineExceeded))
+	require.Contains(t, schemaHint(&pgconn.PgError{Code: "42883"}), "pgflow migrate up")
+	require.Empty(t, schemaHint(&pgconn.PgError{Code: "40001"}))
 }
