@@ -1,7 +1,7 @@
 # Developer shortcuts. CI runs .ci/run, which runs `make test`.
 GO ?= go
 
-.PHONY: test lint unit schema demo
+.PHONY: test lint demo
 
 ## test: the project's test command (the README's): formatting, vet, and every test with the race detector.
 test: lint
@@ -11,10 +11,6 @@ test: lint
 lint:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needs to run on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-
-## schema: regenerate the unreleased v0.16.0 migration from sql/core (only until v0.16.0 is frozen).
-schema:
-	$(GO) run ./schema/internal/genmigration -version v0.16.0 -seq 1
 
 ## demo: run the demo flow on a throwaway database.
 demo:
