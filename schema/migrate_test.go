@@ -16,7 +16,7 @@ import (
 	"github.com/pgflow-go/pgflow/schema"
 )
 
-func connect(t *testing.T, url string) *pgx.Conn {
+func openConn(t *testing.T, url string) *pgx.Conn {
 	t.Helper()
 	conn, err := pgx.Connect(context.Background(), url)
 	require.NoError(t, err)
@@ -69,7 +69,7 @@ func TestUpAppliesEverythingAndIsIdempotent(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewEmpty(t)
-	conn := connect(t, db.URL)
+	conn := openConn(t, db.URL)
 	migs, err := schema.Migrations()
 	require.NoError(t, err)
 
@@ -96,7 +96,7 @@ func TestUpToVersion(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewEmpty(t)
-	conn := connect(t, db.URL)
+	conn := openConn(t, db.URL)
 
 	report, err := schema.NewMigrator(conn).Up(ctx, "0.16.0")
 	require.NoError(t, err)
@@ -120,7 +120,7 @@ func TestConcurrentUpAppliesOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := range n {
-		conn := connect(t, db.URL)
+		conn := openConn(t, db.URL)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -146,7 +146,7 @@ func TestFailingMigrationLeavesNoTrace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewEmpty(t)
-	conn := connect(t, db.URL)
+	conn := openConn(t, db.URL)
 
 	good := schema.Migration{Seq: 1, Version: "v0.0.1", File: "0001_v0.0.1.sql",
 		SQL: "create table pgflow.first_table (id int);"}
@@ -183,8 +183,8 @@ func TestLockTimeoutBoundsTheWait(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewEmpty(t)
-	conn := connect(t, db.URL)
-	holder := connect(t, db.URL)
+	conn := openConn(t, db.URL)
+	holder := openConn(t, db.URL)
 
 	first := schema.Migration{Seq: 1, Version: "v0.0.1", File: "0001_v0.0.1.sql", SQL: "create table pgflow.t (id int);"}
 	second := schema.Migration{Seq: 2, Version: "v0.0.2", File: "0002_v0.0.2.sql", SQL: "alter table pgflow.t add column x int;"}
@@ -210,7 +210,7 @@ func TestUpRefusesADatabaseNewerThanTheBinary(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.NewEmpty(t)
-	conn := connect(t, db.URL)
+	conn := openConn(t, db.URL)
 	one := schema.Migration{Seq: 1, Version: "v0.0.1", File: "0001_v0.0.1.sql", SQL: "select 1;"}
 	two := schema.Migration{Seq: 2, Version: "v0.0.2", File: "0002_v0.0.2.sql", SQL: "select 2;"}
 	m := schema.NewMigrator(conn)
@@ -241,7 +241,7 @@ func TestExportWritesAppliableFiles(t *testing.T) {
 	// Applying the exported files by hand (as another runner would) yields a database the migrator considers
 	// up to date.
 	db := pgtest.NewWithPGMQ(t)
-	conn := connect(t, db.URL)
+	conn := openConn(t, db.URL)
 	for _, f := range files {
 		body, err := os.ReadFile(f)
 		require.NoError(t, err)
