@@ -208,3 +208,27 @@ func metricsAll(t *testing.T, ctx context.Context, pool *pgxpool.Pool) map[strin
 	require.NoError(t, rows.Err())
 	return out
 }
+
+// detach_archive keeps the archive table and its rows; the queue keeps working. (With the extension it also takes
+// the table out of the extension, after which drop_queue of that queue fails; the bundled layer has no extension
+// membership, so that part is not pinned here.)
+func TestDetachArchiveKeepsTheArchive(t *testing.T) {
+	t.Parallel()
+	ctx, pool := setup(t)
+	createQueue(t, ctx, pool, "q")
+	id := sendOne(t, ctx, pool, "q", `{}`)
+	var ok bool
+	require.NoError(t, pool.QueryRow(ctx, "select pgmq.archive('q', $1::bigint)", id).Scan(&ok))
+	require.True(t, ok)
+
+	_, err := pool.Exec(ctx, "select pgmq.detach_archive('q')")
+	require.NoError(t, err)
+	require.Len(t, archiveRows(t, ctx, pool, "q"), 1)
+	next := sendOne(t, ctx, pool, "q", `{}`)
+	require.NoError(t, pool.QueryRow(ctx, "select pgmq.archive('q', $1::bigint)", next).Scan(&ok))
+	require.True(t, ok)
+	require.Len(t, archiveRows(t, ctx, pool, "q"), 2)
+
+	_, err = pool.Exec(ctx, "select pgmq.detach_archive('no_such_queue')")
+	requirePgError(t, err, "42P01", `relation "pgmq.a_no_such_queue" does not exist`)
+}
