@@ -51,6 +51,10 @@ Start with 'pgflow demo' to see a flow run on a throwaway database.`,
 		"PostgreSQL connection URL (default: $DATABASE_URL)")
 	root.AddCommand(
 		newMigrateCmd(opts),
+		newFlowsCmd(opts),
+		newRunsCmd(opts),
+		newWorkersCmd(opts),
+		newDemoCmd(opts),
 	)
 	return root
 }
