@@ -255,7 +255,7 @@ func TestStepIndexIsUnique(t *testing.T) {
 	pool := newDB(t)
 	mustExec(t, pool, `select pgflow.create_flow('test_flow')`)
 	mustExec(t, pool, `select pgflow.add_step('test_flow', 'a')`)
-	err := execErr(pool, `insert into pgflow.steps (flow_slug, step_slug, step_index) values ('test_flow', 'b', 0)`)
+	err := execErr(pool, `insert into pgflow.steps (flow_slug, step_slug, step_index, queue_name) values ('test_flow', 'b', 0, 'test_flow')`)
 	requirePgError(t, err, "23505", `duplicate key value violates unique constraint "steps_flow_slug_step_index_key"`)
 }
 

@@ -84,14 +84,21 @@ func TestCreateFlowRecreatesMissingQueue(t *testing.T) {
 	require.True(t, queueExists(t, pool, "test_flow"), "a repeated create_flow restores the flow's queue")
 }
 
-func TestCreateFlowReusesExistingQueue(t *testing.T) {
+// Up to v0.16.0 create_flow adopted an existing queue of the same name; since v0.17.0 pgflow manages its queues
+// exclusively, so a new flow refuses a queue PGMQ already lists, and leaves that queue (and its messages) alone.
+func TestCreateFlowRefusesExistingQueue(t *testing.T) {
 	t.Parallel()
 	pool := newDB(t)
 
 	mustExec(t, pool, `select pgmq.create('test_flow')`)
 	mustExec(t, pool, `select pgmq.send('test_flow', '{"keep": true}')`)
-	mustExec(t, pool, `select pgflow.create_flow('test_flow')`)
-	require.Equal(t, 1, count(t, pool, `select 1 from pgmq.q_test_flow`), "an existing queue is kept with its messages")
+	err := execErr(pool, `select pgflow.create_flow('test_flow')`)
+	pgErr := requirePgError(t, err, "23505",
+		`Cannot create flow "test_flow": PGMQ already lists queue "test_flow", which has the same normalized name "test_flow" as the flow's queue`)
+	require.Contains(t, pgErr.Hint, "pgflow manages its queues exclusively")
+	require.Equal(t, 0, count(t, pool, `select 1 from pgflow.flows`), "nothing written")
+	require.Equal(t, 1, count(t, pool, `select 1 from pgmq.q_test_flow`), "the existing queue is kept with its messages")
+	require.Equal(t, 1, count(t, pool, `select 1 from pgmq.list_queues()`))
 }
 
 func TestCreateFlowSlugLength(t *testing.T) {
@@ -126,20 +133,31 @@ func TestCreateFlowRejectsCaseOnlyClash(t *testing.T) {
 	mustExec(t, pool, `select pgflow.create_flow('orders')`)
 	err := execErr(pool, `select pgflow.create_flow('Orders')`)
 	requirePgError(t, err, "23505",
-		`Flow slug "Orders" differs only in letter case from existing flow or queue "orders"; PGMQ queue tables are named in lower case, so both would share one queue`)
+		`Cannot create flow "Orders": PGMQ already lists queue "orders", which has the same normalized name "orders" as the flow's queue`)
+
+	// Even when the other flow's queue is gone, the flows themselves may not share a default queue.
+	mustExec(t, pool, `select pgmq.drop_queue('orders')`)
+	err = execErr(pool, `select pgflow.create_flow('ORDERS')`)
+	pgErr := requirePgError(t, err, "23505", `duplicate key value violates unique constraint "flows_default_queue_key"`)
+	require.Equal(t, "Key (pgflow._default_queue_name(flow_slug))=(orders) already exists.", pgErr.Detail)
 
 	// A plain PGMQ queue (not a flow) is protected the same way.
 	mustExec(t, pool, `select pgmq.create('Mixed_Queue')`)
 	err = execErr(pool, `select pgflow.create_flow('mixed_queue')`)
 	requirePgError(t, err, "23505",
-		`Flow slug "mixed_queue" differs only in letter case from existing flow or queue "Mixed_Queue"; PGMQ queue tables are named in lower case, so both would share one queue`)
+		`Cannot create flow "mixed_queue": PGMQ already lists queue "Mixed_Queue", which has the same normalized name "mixed_queue" as the flow's queue`)
 
 	require.Equal(t, []string{"orders"}, queryVal[[]string](t, pool, `select array_agg(flow_slug order by flow_slug) from pgflow.flows`))
+	require.Equal(t, 0, count(t, pool, `select 1 from pgmq.list_queues() where lower(queue_name) = 'orders'`),
+		"refused calls created no queue")
 
-	// Mixed case on its own is fine, and so is re-creating the same spelling.
+	// Mixed case on its own is fine (the spelling is kept), and so is re-creating the same spelling. The queue has
+	// the canonical lower-case name.
 	mustExec(t, pool, `select pgflow.create_flow('CamelFlow')`)
 	mustExec(t, pool, `select pgflow.create_flow('CamelFlow')`)
-	require.True(t, queueExists(t, pool, "CamelFlow"))
+	require.Equal(t, 1, count(t, pool, `select 1 from pgflow.flows where flow_slug = 'CamelFlow'`))
+	require.True(t, queueExists(t, pool, "camelflow"))
+	require.False(t, queueExists(t, pool, "CamelFlow"))
 }
 
 func TestCreateFlowOptionConstraints(t *testing.T) {

@@ -56,8 +56,8 @@ func seedRun(t *testing.T, pool *pgxpool.Pool, flow, step string) {
 			insert into pgflow.step_states (flow_slug, run_id, step_slug, status, remaining_tasks, initial_tasks, started_at)
 			select $1, r.run_id, $2, 'started', 1, 1, now() from r returning run_id
 		)
-		insert into pgflow.step_tasks (flow_slug, run_id, step_slug, message_id)
-		select $1, s.run_id, $2, (select * from pgmq.send($1, '{}'::jsonb)) from s`, flow, step)
+		insert into pgflow.step_tasks (flow_slug, run_id, step_slug, message_id, queue_name)
+		select $1, s.run_id, $2, (select * from pgmq.send(lower($1), '{}'::jsonb)), lower($1) from s`, flow, step)
 }
 
 func TestEnsureFlowCompiledCompilesMissingFlow(t *testing.T) {

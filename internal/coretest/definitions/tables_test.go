@@ -19,7 +19,8 @@ func TestTableColumns(t *testing.T) {
 			"step_index integer NOT NULL 0, deps_count integer NOT NULL 0, opt_max_attempts integer, " +
 			"opt_base_delay integer, opt_timeout integer, created_at timestamp with time zone NOT NULL now(), " +
 			"opt_start_delay integer, required_input_pattern jsonb, forbidden_input_pattern jsonb, " +
-			"when_unmet text NOT NULL 'skip'::text, when_exhausted text NOT NULL 'fail'::text",
+			"when_unmet text NOT NULL 'skip'::text, when_exhausted text NOT NULL 'fail'::text, " +
+			"queue_name text NOT NULL",
 		"deps": "flow_slug text NOT NULL, dep_slug text NOT NULL, step_slug text NOT NULL, " +
 			"created_at timestamp with time zone NOT NULL now()",
 		"runs": "run_id uuid NOT NULL gen_random_uuid(), flow_slug text NOT NULL, status text NOT NULL 'started'::text, " +
@@ -36,7 +37,8 @@ func TestTableColumns(t *testing.T) {
 			"error_message text, output jsonb, queued_at timestamp with time zone NOT NULL now(), " +
 			"completed_at timestamp with time zone, failed_at timestamp with time zone, " +
 			"started_at timestamp with time zone, last_worker_id uuid, requeued_count integer NOT NULL 0, " +
-			"last_requeued_at timestamp with time zone, permanently_stalled_at timestamp with time zone",
+			"last_requeued_at timestamp with time zone, permanently_stalled_at timestamp with time zone, " +
+			"queue_name text NOT NULL",
 		"workers": "worker_id uuid NOT NULL, queue_name text NOT NULL, function_name text NOT NULL, " +
 			"started_at timestamp with time zone NOT NULL now(), deprecated_at timestamp with time zone, " +
 			"last_heartbeat_at timestamp with time zone NOT NULL now(), stopped_at timestamp with time zone",
@@ -68,7 +70,7 @@ func TestConstraintAndIndexNames(t *testing.T) {
 		"steps": "forbidden_input_pattern_is_object opt_base_delay_is_nonnegative opt_max_attempts_is_nonnegative " +
 			"opt_start_delay_is_nonnegative opt_timeout_is_positive required_input_pattern_is_object " +
 			"steps_deps_count_check steps_flow_slug_fkey steps_flow_slug_step_index_key steps_pkey " +
-			"steps_step_slug_check steps_step_type_check when_exhausted_is_valid when_unmet_is_valid",
+			"steps_queue_name_is_valid steps_step_slug_check steps_step_type_check when_exhausted_is_valid when_unmet_is_valid",
 		"deps": "deps_check deps_flow_slug_dep_slug_fkey deps_flow_slug_fkey deps_flow_slug_step_slug_fkey deps_pkey",
 		"runs": "completed_at_is_after_started_at completed_at_or_failed_at failed_at_is_after_started_at " +
 			"runs_flow_slug_fkey runs_pkey runs_remaining_steps_check status_is_valid",
@@ -81,7 +83,8 @@ func TestConstraintAndIndexNames(t *testing.T) {
 		"step_tasks": "attempts_count_nonnegative completed_at_is_after_queued_at completed_at_is_after_started_at " +
 			"completed_at_or_failed_at failed_at_is_after_queued_at failed_at_is_after_started_at " +
 			"output_valid_only_for_completed started_at_is_after_queued_at step_tasks_flow_slug_fkey " +
-			"step_tasks_last_worker_id_fkey step_tasks_pkey step_tasks_run_id_fkey step_tasks_run_id_step_slug_fkey valid_status",
+			"step_tasks_last_worker_id_fkey step_tasks_pkey step_tasks_queue_name_is_valid " +
+			"step_tasks_queue_name_message_id_key step_tasks_run_id_fkey step_tasks_run_id_step_slug_fkey valid_status",
 		"workers":          "workers_pkey",
 		"worker_functions": "worker_functions_debounce_check worker_functions_pkey",
 	}
@@ -94,12 +97,13 @@ func TestConstraintAndIndexNames(t *testing.T) {
 
 	wantIndexes := strings.Join([]string{
 		"deps: deps_pkey idx_deps_by_flow_dep idx_deps_by_flow_step",
-		"flows: flows_pkey",
+		"flows: flows_default_queue_key flows_pkey",
 		"runs: idx_runs_flow_slug idx_runs_status runs_pkey",
 		"step_states: idx_step_states_failed idx_step_states_flow_slug idx_step_states_ready idx_step_states_run_id " +
 			"idx_step_states_skipped step_states_pkey",
 		"step_tasks: idx_step_tasks_completed idx_step_tasks_failed idx_step_tasks_flow_run_step idx_step_tasks_last_worker " +
-			"idx_step_tasks_message_id idx_step_tasks_queued idx_step_tasks_queued_msg idx_step_tasks_started step_tasks_pkey",
+			"idx_step_tasks_message_id idx_step_tasks_queued idx_step_tasks_queued_msg idx_step_tasks_started step_tasks_pkey " +
+			"step_tasks_queue_name_message_id_key",
 		"steps: steps_flow_slug_step_index_key steps_pkey",
 		"worker_functions: worker_functions_pkey",
 		"workers: idx_workers_heartbeat idx_workers_queue_name workers_pkey",
@@ -123,6 +127,16 @@ func TestConstraintAndIndexNames(t *testing.T) {
 		queryVal[string](t, pool, `select pg_get_constraintdef(oid) from pg_constraint where conname = 'step_tasks_last_worker_id_fkey'`))
 	require.Equal(t, 1, count(t, pool, `select 1 from information_schema.check_constraints
 		where constraint_schema = 'pgflow' and constraint_name = 'initial_tasks_known_when_started'`))
+
+	// v0.17.0 queue identity: canonical queue names, (queue_name, message_id) unique, one default queue per flow.
+	require.Equal(t, "CREATE UNIQUE INDEX flows_default_queue_key ON pgflow.flows USING btree (pgflow._default_queue_name(flow_slug))",
+		queryVal[string](t, pool, `select indexdef from pg_indexes where indexname = 'flows_default_queue_key'`))
+	require.Equal(t, "UNIQUE (queue_name, message_id)",
+		queryVal[string](t, pool, `select pg_get_constraintdef(oid) from pg_constraint where conname = 'step_tasks_queue_name_message_id_key'`))
+	for _, c := range []string{"steps_queue_name_is_valid", "step_tasks_queue_name_is_valid"} {
+		require.Equal(t, "CHECK ((queue_name ~ '^[a-z_][a-z0-9_]{0,46}$'::text))",
+			queryVal[string](t, pool, `select pg_get_constraintdef(oid) from pg_constraint where conname = $1`, c), c)
+	}
 }
 
 func TestStepTaskRecordType(t *testing.T) {

@@ -1,5 +1,7 @@
--- pgflow.flows: one row per workflow definition. The flow slug also names the flow's PGMQ queue.
--- opt_* columns are the defaults every step of the flow inherits unless the step overrides them.
+-- pgflow.flows: one row per workflow definition. opt_* columns are the defaults every step of the flow inherits
+-- unless the step overrides them. The flow's default PGMQ queue is pgflow._default_queue_name(flow_slug), i.e.
+-- lower(flow_slug); flows_default_queue_key makes sure two flows never address the same default queue (flow slugs
+-- that differ only in letter case), also for rows inserted with plain SQL.
 create table pgflow.flows (
   flow_slug        text        not null,
   opt_max_attempts int         not null default 3,
@@ -12,3 +14,5 @@ create table pgflow.flows (
   constraint opt_base_delay_is_nonnegative check (opt_base_delay >= 0),
   constraint opt_timeout_is_positive check (opt_timeout > 0)
 );
+
+create unique index flows_default_queue_key on pgflow.flows (pgflow._default_queue_name(flow_slug));

@@ -1,5 +1,7 @@
 -- pgflow.steps: the nodes of a flow's DAG. step_index is the insertion order, which is a topological order
 -- because a step's dependencies must exist before the step is added. NULL opt_* columns inherit the flow's value.
+-- queue_name is the step's route: the canonical (lower-case) name of the PGMQ queue its tasks are sent to, recorded
+-- by add_step (always the flow's default queue, pgflow._default_queue_name(flow_slug), in this version).
 create table pgflow.steps (
   flow_slug               text        not null,
   step_slug               text        not null,
@@ -15,6 +17,7 @@ create table pgflow.steps (
   forbidden_input_pattern jsonb,
   when_unmet              text        not null default 'skip',
   when_exhausted          text        not null default 'fail',
+  queue_name              text        not null,
   constraint steps_pkey primary key (flow_slug, step_slug),
   constraint steps_flow_slug_step_index_key unique (flow_slug, step_index),
   constraint steps_flow_slug_fkey foreign key (flow_slug) references pgflow.flows (flow_slug),
@@ -30,5 +33,9 @@ create table pgflow.steps (
   constraint forbidden_input_pattern_is_object check (
     forbidden_input_pattern is null or jsonb_typeof(forbidden_input_pattern) = 'object'),
   constraint when_unmet_is_valid check (when_unmet in ('fail', 'skip', 'skip-cascade')),
-  constraint when_exhausted_is_valid check (when_exhausted in ('fail', 'skip', 'skip-cascade'))
+  constraint when_exhausted_is_valid check (when_exhausted in ('fail', 'skip', 'skip-cascade')),
+  constraint steps_queue_name_is_valid check (queue_name ~ '^[a-z_][a-z0-9_]{0,46}$')
 );
+
+comment on column pgflow.steps.queue_name is
+  'Canonical lower-case name of the PGMQ queue this step''s tasks are sent to (its route).';

@@ -1,5 +1,7 @@
 -- pgflow.step_tasks: units of work. A single step has one task (task_index 0), a map step one per array element.
--- message_id is the task's PGMQ message in the queue named after flow_slug.
+-- A queued task's message identity is (queue_name, message_id): queue_name is a snapshot of the step's queue_name
+-- taken when the task is created, and every later message operation on the task uses it. message_id stays NULL for
+-- a task without a message; (queue_name, message_id) is unique among tasks that have one.
 create table pgflow.step_tasks (
   flow_slug              text        not null,
   run_id                 uuid        not null,
@@ -18,6 +20,7 @@ create table pgflow.step_tasks (
   requeued_count         int         not null default 0,
   last_requeued_at       timestamptz,
   permanently_stalled_at timestamptz,
+  queue_name             text        not null,
   constraint step_tasks_pkey primary key (run_id, step_slug, task_index),
   constraint step_tasks_flow_slug_fkey foreign key (flow_slug) references pgflow.flows (flow_slug),
   constraint step_tasks_run_id_fkey foreign key (run_id) references pgflow.runs (run_id),
@@ -35,8 +38,13 @@ create table pgflow.step_tasks (
   constraint completed_at_is_after_started_at check (
     completed_at is null or started_at is null or completed_at >= started_at),
   constraint failed_at_is_after_started_at check (
-    failed_at is null or started_at is null or failed_at >= started_at)
+    failed_at is null or started_at is null or failed_at >= started_at),
+  constraint step_tasks_queue_name_is_valid check (queue_name ~ '^[a-z_][a-z0-9_]{0,46}$'),
+  constraint step_tasks_queue_name_message_id_key unique (queue_name, message_id)
 );
+
+comment on column pgflow.step_tasks.queue_name is
+  'Canonical lower-case name of the PGMQ queue that holds this task''s message, copied from its step when the task was created.';
 
 create index idx_step_tasks_message_id on pgflow.step_tasks (message_id);
 create index idx_step_tasks_queued on pgflow.step_tasks (run_id, step_slug) where status = 'queued';

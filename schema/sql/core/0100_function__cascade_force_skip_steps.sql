@@ -3,8 +3,9 @@
 --     'skipped' (skipped_at now, remaining_tasks NULL); the trigger step gets skip_reason, every other step
 --     'dependency_skipped'; steps already terminal (including an already skipped trigger) are left alone;
 --   * step:skipped is emitted per newly skipped step in step_index order (a topological order);
---   * the queued/started messages of the newly skipped steps' tasks are archived (one call); their task rows keep
---     their status (late callbacks are ignored by complete_task/fail_task);
+--   * the queued/started messages of the newly skipped steps' tasks are archived from the queues the tasks stored
+--     (step_tasks.queue_name), one batch pgmq.archive call per queue; their task rows keep their status (late
+--     callbacks are ignored by complete_task/fail_task);
 --   * the run's remaining_steps drops by the number newly skipped, which is returned (a second call returns 0).
 -- It does not look at the run status and does not decrement remaining_deps (every dependent is skipped anyway).
 -- Unknown run: raises 'Run not found: <run_id>'.
@@ -18,7 +19,7 @@ declare
   v_flow_slug text;
   v_skipped   text[] := '{}';
   v_step      record;
-  v_msg_ids   bigint[];
+  v_queue     record;
 begin
   select r.flow_slug into v_flow_slug from pgflow.runs as r where r.run_id = _cascade_force_skip_steps.run_id;
   if not found then
@@ -71,15 +72,18 @@ begin
     return 0;
   end if;
 
-  select array_agg(t.message_id order by t.message_id) into v_msg_ids
-    from pgflow.step_tasks as t
-   where t.run_id = _cascade_force_skip_steps.run_id
-     and t.step_slug = any (v_skipped)
-     and t.status in ('queued', 'started')
-     and t.message_id is not null;
-  if v_msg_ids is not null then
-    perform pgmq.archive(v_flow_slug, v_msg_ids);
-  end if;
+  for v_queue in
+    select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
+      from pgflow.step_tasks as t
+     where t.run_id = _cascade_force_skip_steps.run_id
+       and t.step_slug = any (v_skipped)
+       and t.status in ('queued', 'started')
+       and t.message_id is not null
+     group by t.queue_name
+     order by t.queue_name
+  loop
+    perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
+  end loop;
 
   update pgflow.runs as r
      set remaining_steps = r.remaining_steps - cardinality(v_skipped)

@@ -7,6 +7,8 @@
 --   * a later call with a different dependency set is rejected and changes nothing: adding edges to an existing
 --     step would leave deps_count stale (runs would never start the step) and could create cycles;
 --   * duplicate names in deps_slugs count once, so deps_count always equals the number of edges; NULL = '{}';
+--   * a new step records its resolved route: queue_name = the flow's default queue,
+--     pgflow._default_queue_name(flow_slug) (the queue create_flow created); no queue is created here;
 --   * a map step has at most one dependency;
 --   * everything else is enforced by the constraints of steps and deps, whose error texts callers match on
 --     (steps_flow_slug_fkey, deps_flow_slug_dep_slug_fkey, deps_check, steps_step_slug_check,
@@ -89,7 +91,7 @@ begin
   insert into pgflow.steps as s (
     flow_slug, step_slug, step_type, step_index, deps_count,
     opt_max_attempts, opt_base_delay, opt_timeout, opt_start_delay,
-    required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted
+    required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted, queue_name
   )
   values (
     add_step.flow_slug,
@@ -104,7 +106,8 @@ begin
     add_step.required_input_pattern,
     add_step.forbidden_input_pattern,
     add_step.when_unmet,
-    add_step.when_exhausted
+    add_step.when_exhausted,
+    pgflow._default_queue_name(add_step.flow_slug)
   )
   returning s.* into v_step;
 

@@ -4,8 +4,9 @@
 --     dependencies that completed (skipped ones are absent); met <=> (required pattern NULL or input @> it) and
 --     (forbidden pattern NULL or not input @> it);
 --   * when_unmet 'fail': the unmet step with the lowest step_index fails ('Condition not met'), the run fails,
---     step:failed then run:failed are emitted, every queued/started message of the run is archived, and the
---     function returns false (only that one step is failed);
+--     step:failed then run:failed are emitted, every queued/started message of the run is archived (from the
+--     queues its tasks stored, one batch call per queue), and the function returns false (only that one step is
+--     failed);
 --   * when_unmet 'skip': the step is skipped (condition_unmet, step:skipped emitted in step_index order), its
 --     dependents' remaining_deps drop, map dependents get initial_tasks 0, the run's remaining_steps drops;
 --   * when_unmet 'skip-cascade': pgflow._cascade_force_skip_steps(run_id, step, 'condition_unmet'), in step_index
@@ -28,7 +29,7 @@ declare
   v_skipped    text[];
   v_slug       text;
   v_step       record;
-  v_msg_ids    bigint[];
+  v_queue      record;
   v_status     text;
 begin
   select r.flow_slug, r.status, r.input into v_run
@@ -123,14 +124,17 @@ begin
         'run:failed',
         v_step.run_id);
 
-      select array_agg(t.message_id order by t.message_id) into v_msg_ids
-        from pgflow.step_tasks as t
-       where t.run_id = cascade_resolve_conditions.run_id
-         and t.status in ('queued', 'started')
-         and t.message_id is not null;
-      if v_msg_ids is not null then
-        perform pgmq.archive(v_run.flow_slug, v_msg_ids);
-      end if;
+      for v_queue in
+        select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
+          from pgflow.step_tasks as t
+         where t.run_id = cascade_resolve_conditions.run_id
+           and t.status in ('queued', 'started')
+           and t.message_id is not null
+         group by t.queue_name
+         order by t.queue_name
+      loop
+        perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
+      end loop;
 
       return false;
     end if;

@@ -18,6 +18,8 @@
 --     count, the run's remaining_steps drops, step:completed is emitted, conditions are resolved, taskless steps
 --     cascade, ready steps start and the run completes when nothing is left;
 --   * the task's message is archived once the task is completed.
+-- Every message operation uses the queue the task stored (step_tasks.queue_name): a single pgmq.archive call for
+-- this task's message, one batch call per queue when the run's messages are archived.
 create or replace function pgflow.complete_task(run_id uuid, step_slug text, task_index integer, output jsonb)
 returns setof pgflow.step_tasks
 language plpgsql
@@ -32,7 +34,7 @@ declare
   v_child       text;
   v_type        text;
   v_step_output jsonb;
-  v_msg_ids     bigint[];
+  v_queue       record;
   v_output_len  integer;
 begin
   select r.* into v_run from pgflow.runs as r where r.run_id = complete_task.run_id for update;
@@ -64,7 +66,7 @@ begin
   -- Late or replayed callback for a step that is no longer running.
   if v_state.status is distinct from 'started' then
     if v_task.message_id is not null then
-      perform pgmq.archive(v_run.flow_slug, v_task.message_id);
+      perform pgmq.archive(v_task.queue_name, v_task.message_id);
     end if;
     return next v_task;
     return;
@@ -115,14 +117,17 @@ begin
         'run:failed',
         v_run.run_id);
 
-      select array_agg(t.message_id order by t.message_id) into v_msg_ids
-        from pgflow.step_tasks as t
-       where t.run_id = complete_task.run_id
-         and t.status in ('queued', 'started')
-         and t.message_id is not null;
-      if v_msg_ids is not null then
-        perform pgmq.archive(v_run.flow_slug, v_msg_ids);
-      end if;
+      for v_queue in
+        select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
+          from pgflow.step_tasks as t
+         where t.run_id = complete_task.run_id
+           and t.status in ('queued', 'started')
+           and t.message_id is not null
+         group by t.queue_name
+         order by t.queue_name
+      loop
+        perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
+      end loop;
 
       update pgflow.step_tasks as t
          set status = 'failed',
@@ -229,7 +234,7 @@ begin
 
     if not pgflow.cascade_resolve_conditions(complete_task.run_id) then
       if v_task.message_id is not null then
-        perform pgmq.archive(v_run.flow_slug, v_task.message_id);
+        perform pgmq.archive(v_task.queue_name, v_task.message_id);
       end if;
       return next v_task;
       return;
@@ -239,7 +244,7 @@ begin
   end if;
 
   if v_task.message_id is not null then
-    perform pgmq.archive(v_run.flow_slug, v_task.message_id);
+    perform pgmq.archive(v_task.queue_name, v_task.message_id);
   end if;
 
   perform pgflow.start_ready_steps(complete_task.run_id);

@@ -1,11 +1,20 @@
 -- pgflow.create_flow(flow_slug, max_attempts, base_delay, timeout) guarantees:
 --   * idempotent: the first call inserts the flow (NULL options become max_attempts 3, base_delay 5, timeout 60);
 --     later calls return the existing row unchanged (options are NOT updated);
---   * the flow's PGMQ queue, named exactly flow_slug, exists afterwards (also for a flow without steps);
---   * a valid slug that cannot name a PGMQ queue (more than 47 characters) is rejected before anything is written,
---     and so is a slug that differs only in letter case from an existing flow or queue (PGMQ lower-cases its
---     table names, so the two would share one queue table);
---   * invalid slugs and options fail on the flows CHECK constraints (slug_is_valid, opt_*).
+--   * the flow's default PGMQ queue, pgflow._default_queue_name(flow_slug) (the lower-case slug), exists
+--     afterwards, also for a flow without steps; an existing flow reuses the queue PGMQ lists under any spelling
+--     of that name (a mixed-case queue created by v0.16.0 stays as it is) and gets it re-created only when PGMQ
+--     lists none;
+--   * a new flow is refused, before anything is written, when PGMQ already lists a queue with the same normalized
+--     name (pgflow manages its queues exclusively and never adopts a queue it did not create for that flow);
+--   * two flows never share a default queue: the unique index flows_default_queue_key rejects a slug that
+--     differs only in letter case from an existing flow, atomically (also for concurrent calls);
+--   * a valid slug whose queue name would break PGMQ's limit (more than 47 characters) is rejected before anything
+--     is written, and the queue name passes PGMQ's public validation (pgmq.validate_queue_name);
+--   * calls for one normalized slug are serialised with ensure_flow_compiled and delete_flow_and_data by the
+--     transaction-level advisory lock (1, hashtext(lower(flow_slug)));
+--   * invalid slugs and options fail on the flows CHECK constraints (slug_is_valid, opt_*). Queues are only
+--     created and listed through PGMQ's public functions.
 create or replace function pgflow.create_flow(
   flow_slug    text,
   max_attempts integer default null,
@@ -18,9 +27,11 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_flow  pgflow.flows;
-  v_clash text;
+  v_flow   pgflow.flows;
+  v_queue  text := pgflow._default_queue_name(create_flow.flow_slug);
+  v_listed text;
 begin
+  -- An invalid slug goes straight to the insert below, which rejects it on the slug_is_valid constraint.
   if pgflow.is_valid_slug(create_flow.flow_slug) then
     if length(create_flow.flow_slug) > 47 then
       raise exception using
@@ -30,25 +41,28 @@ begin
           create_flow.flow_slug, length(create_flow.flow_slug)),
         hint = 'Choose a flow slug of at most 47 characters.';
     end if;
+    perform pgmq.validate_queue_name(v_queue);
 
-    select c.name into v_clash
-    from (
-      select f.flow_slug as name from pgflow.flows as f
-      union
-      select q.queue_name from pgmq.list_queues() as q
-    ) as c
-    where lower(c.name) = lower(create_flow.flow_slug)
-      and c.name <> create_flow.flow_slug
-    order by c.name
-    limit 1;
+    perform pg_advisory_xact_lock(1, hashtext(lower(create_flow.flow_slug)));
 
-    if v_clash is not null then
+    select f.* into v_flow from pgflow.flows as f where f.flow_slug = create_flow.flow_slug;
+    if found then
+      if not exists (select 1 from pgmq.list_queues() as q where lower(q.queue_name) = v_queue) then
+        perform pgmq.create(v_queue);
+      end if;
+      return v_flow;
+    end if;
+
+    select string_agg(format('"%s"', q.queue_name), ', ' order by q.queue_name) into v_listed
+      from pgmq.list_queues() as q
+     where lower(q.queue_name) = v_queue;
+    if v_listed is not null then
       raise exception using
         errcode = '23505',
         message = format(
-          'Flow slug "%s" differs only in letter case from existing flow or queue "%s"; PGMQ queue tables are named in lower case, so both would share one queue',
-          create_flow.flow_slug, v_clash),
-        hint = 'Choose a flow slug that differs in more than letter case.';
+          'Cannot create flow "%s": PGMQ already lists queue %s, which has the same normalized name "%s" as the flow''s queue',
+          create_flow.flow_slug, v_listed, v_queue),
+        hint = 'pgflow manages its queues exclusively and never adopts a queue it did not create for this flow (it may be another flow''s queue whose slug differs only in letter case). Choose another flow slug.';
     end if;
   end if;
 
@@ -59,12 +73,9 @@ begin
     coalesce(create_flow.base_delay, 5),
     coalesce(create_flow.timeout, 60)
   )
-  on conflict on constraint flows_pkey do update set flow_slug = f.flow_slug
   returning f.* into v_flow;
 
-  if not exists (select 1 from pgmq.list_queues() as q where q.queue_name = create_flow.flow_slug) then
-    perform pgmq.create(create_flow.flow_slug);
-  end if;
+  perform pgmq.create(v_queue);
 
   return v_flow;
 end;

@@ -6,7 +6,8 @@
 --                    states, tasks, queue and archive) were deleted and the flow created again from the shape;
 --   * 'mismatch'   - shapes differed otherwise; nothing changed.
 -- differences lists _compare_flow_shapes(shape, stored shape) (the caller's shape is "first").
--- Concurrent calls for one slug are serialised by a transaction-level advisory lock (1, hashtext(flow_slug)).
+-- Concurrent calls for one normalized slug (and create_flow / delete_flow_and_data for it) are serialised by the
+-- transaction-level advisory lock (1, hashtext(lower(flow_slug))), so slugs differing only in letter case share it.
 create or replace function pgflow.ensure_flow_compiled(
   flow_slug       text,
   shape           jsonb,
@@ -20,7 +21,7 @@ as $$
 declare
   v_differences text[];
 begin
-  perform pg_advisory_xact_lock(1, hashtext(ensure_flow_compiled.flow_slug));
+  perform pg_advisory_xact_lock(1, hashtext(lower(ensure_flow_compiled.flow_slug)));
 
   if not exists (select 1 from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug) then
     perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);

@@ -16,6 +16,8 @@
 --     'skip' -> step skipped (handler_failed, error_message kept), sibling messages archived, step:skipped,
 --     dependents released (map dependents get 0 tasks), conditions, taskless cascade, ready steps start, the run
 --     may complete; 'skip-cascade' -> like 'skip' but every dependent is skipped (dependency_skipped).
+-- Every message operation uses the queue the task stored (step_tasks.queue_name): single-message pgmq.archive and
+-- pgmq.set_vt calls for this task, one batch pgmq.archive call per queue when several tasks' messages are archived.
 create or replace function pgflow.fail_task(run_id uuid, step_slug text, task_index integer, error_message text)
 returns setof pgflow.step_tasks
 language plpgsql
@@ -29,7 +31,7 @@ declare
   v_max_attempts   integer;
   v_base_delay     integer;
   v_when_exhausted text;
-  v_msg_ids        bigint[];
+  v_queue          record;
 begin
   select r.* into v_run from pgflow.runs as r where r.run_id = fail_task.run_id for update;
   if not found then
@@ -64,7 +66,7 @@ begin
       returning t.* into v_task;
     end if;
     if v_task.message_id is not null then
-      perform pgmq.archive(v_run.flow_slug, v_task.message_id);
+      perform pgmq.archive(v_task.queue_name, v_task.message_id);
     end if;
     return next v_task;
     return;
@@ -73,7 +75,7 @@ begin
   -- Late or replayed callback for a step that is no longer running.
   if v_state.status is distinct from 'started' then
     if v_task.message_id is not null then
-      perform pgmq.archive(v_run.flow_slug, v_task.message_id);
+      perform pgmq.archive(v_task.queue_name, v_task.message_id);
     end if;
     return next v_task;
     return;
@@ -106,7 +108,7 @@ begin
     returning t.* into v_task;
 
     if v_task.message_id is not null then
-      perform pgmq.set_vt(v_run.flow_slug, v_task.message_id,
+      perform pgmq.set_vt(v_task.queue_name, v_task.message_id,
                           pgflow.calculate_retry_delay(v_base_delay, v_task.attempts_count));
     end if;
     return next v_task;
@@ -124,7 +126,7 @@ begin
   returning t.* into v_task;
 
   if v_task.message_id is not null then
-    perform pgmq.archive(v_run.flow_slug, v_task.message_id);
+    perform pgmq.archive(v_task.queue_name, v_task.message_id);
   end if;
 
   if v_when_exhausted = 'fail' then
@@ -164,14 +166,17 @@ begin
       'run:failed',
       v_run.run_id);
 
-    select array_agg(t.message_id order by t.message_id) into v_msg_ids
-      from pgflow.step_tasks as t
-     where t.run_id = fail_task.run_id
-       and t.status in ('queued', 'started')
-       and t.message_id is not null;
-    if v_msg_ids is not null then
-      perform pgmq.archive(v_run.flow_slug, v_msg_ids);
-    end if;
+    for v_queue in
+      select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
+        from pgflow.step_tasks as t
+       where t.run_id = fail_task.run_id
+         and t.status in ('queued', 'started')
+         and t.message_id is not null
+       group by t.queue_name
+       order by t.queue_name
+    loop
+      perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
+    end loop;
 
     return next v_task;
     return;
@@ -192,15 +197,18 @@ begin
      set remaining_steps = r.remaining_steps - 1
    where r.run_id = fail_task.run_id;
 
-  select array_agg(t.message_id order by t.message_id) into v_msg_ids
-    from pgflow.step_tasks as t
-   where t.run_id = fail_task.run_id
-     and t.step_slug = fail_task.step_slug
-     and t.status in ('queued', 'started')
-     and t.message_id is not null;
-  if v_msg_ids is not null then
-    perform pgmq.archive(v_run.flow_slug, v_msg_ids);
-  end if;
+  for v_queue in
+    select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
+      from pgflow.step_tasks as t
+     where t.run_id = fail_task.run_id
+       and t.step_slug = fail_task.step_slug
+       and t.status in ('queued', 'started')
+       and t.message_id is not null
+     group by t.queue_name
+     order by t.queue_name
+  loop
+    perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
+  end loop;
 
   perform pgflow._emit_event(
     jsonb_build_object(

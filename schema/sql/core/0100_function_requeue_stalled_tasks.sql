@@ -4,7 +4,8 @@
 --     more than the effective step timeout (steps.opt_timeout, else flows.opt_timeout) + 30 seconds ago (upstream
 --     pgflow used only the flow timeout);
 --   * a stalled task requeued fewer than 3 times goes back to 'queued' (started_at and last_worker_id cleared,
---     requeued_count + 1, last_requeued_at now; attempts_count kept) and its message becomes visible at once;
+--     requeued_count + 1, last_requeued_at now; attempts_count kept) and its message becomes visible at once,
+--     in the queue the task stored (step_tasks.queue_name; one set_vt_batch call per queue);
 --     rows locked by someone else are skipped (FOR UPDATE SKIP LOCKED) and picked up on a later call;
 --   * a stalled task already requeued 3 times is given up: permanently_stalled_at is set and it fails through
 --     the ordinary failure path, pgflow.fail_task, as an exhausted task, so its step and run fail, or the step is
@@ -50,18 +51,18 @@ begin
          and t.step_slug = st.step_slug
          and t.task_index = st.task_index
          and t.status = 'started'
-      returning t.flow_slug, t.message_id
+      returning t.queue_name, t.message_id
     )
-    select rq.flow_slug,
+    select rq.queue_name,
            count(*)::integer as n,
            array_agg(rq.message_id order by rq.message_id) filter (where rq.message_id is not null) as msg_ids
       from requeued as rq
-     group by rq.flow_slug
-     order by rq.flow_slug
+     group by rq.queue_name
+     order by rq.queue_name
   loop
     v_requeued := v_requeued + v_queue.n;
     if v_queue.msg_ids is not null then
-      perform pgflow.set_vt_batch(v_queue.flow_slug, v_queue.msg_ids,
+      perform pgflow.set_vt_batch(v_queue.queue_name, v_queue.msg_ids,
                                   array_fill(0, array[cardinality(v_queue.msg_ids)]));
     end if;
   end loop;

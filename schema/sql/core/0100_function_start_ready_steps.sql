@@ -3,9 +3,10 @@
 --   * every step state of the run that is 'created' with remaining_deps 0 and initial_tasks > 0 becomes 'started'
 --     (started_at now, remaining_tasks = initial_tasks), exactly once even when called concurrently;
 --   * per started step, in step_index order: step:started is emitted, one message per task
---     {"flow_slug", "run_id", "step_slug", "task_index"} is sent with one pgmq.send_batch call, delayed by the
---     step's opt_start_delay seconds (NULL = 0), and one 'queued' step_tasks row per message is written with its
---     message_id (task_index 0 .. initial_tasks-1, paired with the message carrying that index);
+--     {"flow_slug", "run_id", "step_slug", "task_index"} is sent with one pgmq.send_batch call to the step's queue
+--     (steps.queue_name), delayed by the step's opt_start_delay seconds (NULL = 0), and one 'queued' step_tasks
+--     row per message is written with its message_id and that same queue_name (task_index 0 .. initial_tasks-1,
+--     paired with the message carrying that index); no queue is created here (no DDL);
 --   * steps with initial_tasks NULL (dependent maps whose parent has not completed) or 0 (taskless, completed by
 --     cascade_complete_taskless_steps) are never started here. Conditions are not evaluated here: callers resolve
 --     them first (cascade_resolve_conditions / cascade_complete_taskless_steps).
@@ -37,7 +38,7 @@ begin
       returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.started_at, ss.remaining_tasks,
                 ss.remaining_deps, ss.initial_tasks
     )
-    select st.*, s.step_index, coalesce(s.opt_start_delay, 0) as start_delay
+    select st.*, s.step_index, s.queue_name, coalesce(s.opt_start_delay, 0) as start_delay
       from started as st
       join pgflow.steps as s on s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
      order by s.step_index
@@ -57,12 +58,12 @@ begin
 
     -- send_batch returns the new ids in array order and ids increase along the array, so the n-th smallest id
     -- belongs to the message with task_index n.
-    insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id)
-    select v_step.flow_slug, v_step.run_id, v_step.step_slug, (m.n - 1)::integer, m.msg_id
+    insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name)
+    select v_step.flow_slug, v_step.run_id, v_step.step_slug, (m.n - 1)::integer, m.msg_id, v_step.queue_name
       from (
         select sent.msg_id, row_number() over (order by sent.msg_id) as n
           from pgmq.send_batch(
-                 v_step.flow_slug,
+                 v_step.queue_name,
                  array(
                    select jsonb_build_object(
                             'flow_slug', v_step.flow_slug,

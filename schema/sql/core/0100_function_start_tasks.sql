@@ -1,69 +1,90 @@
--- pgflow.start_tasks(flow_slug, msg_ids, worker_id) guarantees (phase 2 of polling, after pgmq.read*):
---   * claims exactly the tasks of flow_slug whose message_id is in msg_ids, that are 'queued', whose run is
---     'started' and whose step is 'started'; each claimed task becomes 'started' (attempts_count + 1, started_at
---     now, last_worker_id = worker_id, which must be a row of pgflow.workers);
+-- pgflow.start_tasks(flow_slug, msg_ids, worker_id, queue_name) guarantees (phase 2 of polling, after pgmq.read*):
+--   * queue_name is the queue the worker actually read msg_ids from; NULL (a v0.16.0 worker calling with three
+--     arguments) means the flow's default queue, pgflow._default_queue_name(flow_slug). It is compared in lower
+--     case, the canonical form tasks store;
+--   * claims exactly the tasks whose stored identity (step_tasks.queue_name, message_id) is (that queue, one of
+--     msg_ids), that belong to flow_slug, are 'queued', and whose run and step are 'started'; each claimed task
+--     becomes 'started' (attempts_count + 1, started_at now, last_worker_id = worker_id, which must be a row of
+--     pgflow.workers). The message body is never read: it does not authorise a claim;
+--   * everything else named in msg_ids is left untouched - a task that is already started (not claimed again, no
+--     attempt consumed), terminal or otherwise ineligible, a task of another flow, or an id no task has in that
+--     queue: no row changes, no message is archived, deleted or made visible earlier or later;
 --   * a task is claimed at most once: rows are locked with FOR UPDATE SKIP LOCKED and re-checked, so of two
 --     concurrent calls naming the same ids each task goes to one caller only, and only rows this call actually
---     claimed are returned;
+--     claimed are returned. No PGMQ row is locked;
 --   * every claimed message's visibility is set to the effective step timeout (steps.opt_timeout, else
---     flows.opt_timeout) + 2 seconds from now (upstream pgflow documented this but never executed it);
+--     flows.opt_timeout) + 2 seconds from now, in the queue the task stored (one set_vt_batch call per queue);
 --   * returns one step_task_record per claimed task, ordered by msg_id: input = the element task_index of the run
 --     input (root map), of the dependency's stored output (dependent map), or {<dep_slug>: <output>} over the
 --     completed dependencies ({} for root steps); flow_input = the run input for single steps without
 --     dependencies, NULL otherwise;
---   * NULL or empty msg_ids, unknown ids and ids of ineligible tasks claim nothing and return nothing.
-create or replace function pgflow.start_tasks(flow_slug text, msg_ids bigint[], worker_id uuid)
+--   * NULL or empty msg_ids claim nothing and return nothing.
+create or replace function pgflow.start_tasks(
+  flow_slug  text,
+  msg_ids    bigint[],
+  worker_id  uuid,
+  queue_name text default null
+)
 returns setof pgflow.step_task_record
 language plpgsql
 volatile
 set search_path = ''
 as $$
 declare
-  v_claimed bigint[];
-  v_offsets integer[];
+  v_queue_name text;
+  v_claimed    bigint[] := '{}';
+  v_group      record;
 begin
   if start_tasks.msg_ids is null or cardinality(start_tasks.msg_ids) = 0 then
     return;
   end if;
 
-  with candidates as (
-    select t.run_id, t.step_slug, t.task_index
-      from pgflow.step_tasks as t
-      join pgflow.runs as r on r.run_id = t.run_id
-      join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
-     where t.flow_slug = start_tasks.flow_slug
-       and t.message_id = any (start_tasks.msg_ids)
-       and t.status = 'queued'
-       and r.status = 'started'
-       and ss.status = 'started'
-     order by t.message_id
-       for update of t skip locked
-  ),
-  claimed as (
-    update pgflow.step_tasks as t
-       set status = 'started',
-           attempts_count = t.attempts_count + 1,
-           started_at = now(),
-           last_worker_id = start_tasks.worker_id
-      from candidates as c
-     where t.run_id = c.run_id
-       and t.step_slug = c.step_slug
-       and t.task_index = c.task_index
-       and t.status = 'queued'
-    returning t.flow_slug, t.step_slug, t.message_id
-  )
-  select array_agg(c.message_id order by c.message_id),
-         array_agg(coalesce(s.opt_timeout, f.opt_timeout) + 2 order by c.message_id)
-    into v_claimed, v_offsets
-    from claimed as c
-    join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
-    join pgflow.flows as f on f.flow_slug = c.flow_slug;
+  v_queue_name := lower(coalesce(start_tasks.queue_name, pgflow._default_queue_name(start_tasks.flow_slug)));
 
-  if v_claimed is null then
+  for v_group in
+    with candidates as (
+      select t.run_id, t.step_slug, t.task_index
+        from pgflow.step_tasks as t
+        join pgflow.runs as r on r.run_id = t.run_id
+        join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
+       where t.queue_name = v_queue_name
+         and t.message_id = any (start_tasks.msg_ids)
+         and t.flow_slug = start_tasks.flow_slug
+         and t.status = 'queued'
+         and r.status = 'started'
+         and ss.status = 'started'
+       order by t.message_id
+         for update of t skip locked
+    ),
+    claimed as (
+      update pgflow.step_tasks as t
+         set status = 'started',
+             attempts_count = t.attempts_count + 1,
+             started_at = now(),
+             last_worker_id = start_tasks.worker_id
+        from candidates as c
+       where t.run_id = c.run_id
+         and t.step_slug = c.step_slug
+         and t.task_index = c.task_index
+         and t.status = 'queued'
+      returning t.flow_slug, t.step_slug, t.queue_name, t.message_id
+    )
+    select c.queue_name,
+           array_agg(c.message_id order by c.message_id) as msg_ids,
+           array_agg(coalesce(s.opt_timeout, f.opt_timeout) + 2 order by c.message_id) as vt_offsets
+      from claimed as c
+      join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
+      join pgflow.flows as f on f.flow_slug = c.flow_slug
+     group by c.queue_name
+     order by c.queue_name
+  loop
+    perform pgflow.set_vt_batch(v_group.queue_name, v_group.msg_ids, v_group.vt_offsets);
+    v_claimed := v_claimed || v_group.msg_ids;
+  end loop;
+
+  if cardinality(v_claimed) = 0 then
     return;
   end if;
-
-  perform pgflow.set_vt_batch(start_tasks.flow_slug, v_claimed, v_offsets);
 
   return query
     select t.flow_slug,
@@ -92,7 +113,7 @@ begin
       from pgflow.step_tasks as t
       join pgflow.runs as r on r.run_id = t.run_id
       join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-     where t.flow_slug = start_tasks.flow_slug
+     where t.queue_name = v_queue_name
        and t.message_id = any (v_claimed)
      order by t.message_id;
 end;
