@@ -192,7 +192,9 @@ touched). The throwaway server needs the PostgreSQL server binaries (Debian pack
 				}
 			}
 			out := cmd.OutOrStdout()
-			return runDemo(cmd.Context(), out, cmd.ErrOrStderr(), url, !plain && isTerminal(out), pause)
+			return runDemo(cmd.Context(), out, cmd.ErrOrStderr(), demoConfig{
+				url: url, ansi: !plain && isTerminal(out), pause: pause, findServer: pgcluster.BinDir,
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&plain, "plain", false, "append one line per change instead of redrawing, also on a terminal")
@@ -200,12 +202,21 @@ touched). The throwaway server needs the PostgreSQL server binaries (Debian pack
 	return cmd
 }
 
-// runDemo runs the demo against url, or against a throwaway cluster when url is "".
-func runDemo(ctx context.Context, out, errOut io.Writer, url string, ansi bool, pause time.Duration) error {
+// demoConfig is what the demo command hands to runDemo.
+type demoConfig struct {
+	url        string                 // "" starts a throwaway cluster
+	ansi       bool                   // redraw the progress in place
+	pause      time.Duration          // how long each handler sleeps
+	findServer func() (string, error) // locates the server binaries (pgcluster.BinDir)
+}
+
+// runDemo runs the demo against cfg.url, or against a throwaway cluster when it is "".
+func runDemo(ctx context.Context, out, errOut io.Writer, cfg demoConfig) error {
 	say := func(format string, args ...any) { fmt.Fprintf(out, "==> "+format+"\n", args...) }
+	url, ansi, pause := cfg.url, cfg.ansi, cfg.pause
 
 	if url == "" {
-		if _, err := pgcluster.BinDir(); err != nil {
+		if _, err := cfg.findServer(); err != nil {
 			return errors.New(errNoServerBinaries)
 		}
 		say("starting a throwaway PostgreSQL server")

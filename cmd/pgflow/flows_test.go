@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgflow-go/pgflow"
+	"github.com/pgflow-go/pgflow/internal/pgtest"
+	"github.com/pgflow-go/pgflow/internal/sqlapi"
+)
+
+func TestFlowsCommand(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+
+	out := mustCLI(t, "--database-url", db.URL, "flows")
+	require.Contains(t, out, "no flows yet")
+	require.Equal(t, "[]\n", mustCLI(t, "--database-url", db.URL, "flows", "--json"))
+
+	compileFlow(t, db.Pool, squaresFlow("squares"))
+	compileFlow(t, db.Pool, failingFlow("fragile"))
+	client := pgflow.NewClient(db.Pool)
+	defer client.Close()
+	for range 2 {
+		_, err := client.StartRunJSON(context.Background(), "squares", json.RawMessage(`[1, 2, 3]`))
+		require.NoError(t, err)
+	}
+
+	docs := decodeJSON[[]flowJSON](t, mustCLI(t, "--database-url", db.URL, "flows", "--json"))
+	require.Len(t, docs, 2)
+	fr, sq := docs[0], docs[1] // flow_slug order
+	require.Equal(t, "fragile", fr.FlowSlug)
+	require.Equal(t, 1, fr.OptMaxAttempts)
+	require.Equal(t, 2, fr.StepCount)
+	require.Equal(t, 0, fr.MapStepCount)
+	require.EqualValues(t, 0, fr.ActiveRuns)
+	require.Equal(t, &queueJSON{Name: "fragile"}, fr.Queue)
+	require.Equal(t, []sqlapi.FlowStep{
+		{StepSlug: "ok", StepType: "single", StepIndex: 0, Deps: []string{}},
+		{StepSlug: "boom", StepType: "single", StepIndex: 1, Deps: []string{"ok"}},
+	}, fr.Steps)
+
+	require.Equal(t, "squares", sq.FlowSlug)
+	require.Equal(t, 2, sq.OptMaxAttempts)
+	require.Equal(t, 1, sq.OptBaseDelay)
+	require.Equal(t, 10, sq.OptTimeout)
+	require.Equal(t, 2, sq.StepCount)
+	require.Equal(t, 1, sq.MapStepCount)
+	require.EqualValues(t, 2, sq.ActiveRuns)
+	require.Equal(t, &queueJSON{Name: "squares", Length: 6, Visible: 6}, sq.Queue) // 2 runs × 3 map tasks
+	require.False(t, sq.CreatedAt.IsZero())
+
+	out = mustCLI(t, "--database-url", db.URL, "flows")
+	require.Regexp(t, `FLOW\s+STEPS\s+MAX_ATTEMPTS\s+BASE_DELAY\s+TIMEOUT\s+ACTIVE_RUNS\s+QUEUED\s+CREATED`, out)
+	require.Regexp(t, `fragile\s+2\s+1\s+5s\s+60s\s+0\s+0 \(0 visible\)`, out)
+	require.Regexp(t, `squares\s+2 \(1 map\)\s+2\s+1s\s+10s\s+2\s+6 \(6 visible\)`, out)
+
+	out = mustCLI(t, "--database-url", db.URL, "flows", "--steps")
+	require.Regexp(t, `\nsquares\n\s+0\s+square\s+map\s*\n\s+1\s+sum\s+single\s+depends on square\n`, out)
+	require.Regexp(t, `\nfragile\n\s+0\s+ok\s+single\s*\n\s+1\s+boom\s+single\s+depends on ok\n`, out)
+}
+
+func TestFlowsCommandUnreadableQueue(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	compileFlow(t, db.Pool, squaresFlow("squares"))
+	_, err := db.Pool.Exec(context.Background(), `select pgmq.drop_queue('squares')`)
+	require.NoError(t, err)
+
+	docs := decodeJSON[[]flowJSON](t, mustCLI(t, "--database-url", db.URL, "flows", "--json"))
+	require.Len(t, docs, 1)
+	require.Nil(t, docs[0].Queue)
+	require.Regexp(t, `squares\s+2 \(1 map\)\s+2\s+1s\s+10s\s+0\s+\?`, mustCLI(t, "--database-url", db.URL, "flows"))
+}
