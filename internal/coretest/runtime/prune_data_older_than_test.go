@@ -1,21 +1,19 @@
 package runtime_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	fx "github.com/pgflow-go/pgflow/internal/coretest/fixture"
+	"github.com/pgflow-go/pgflow/schema"
 )
-
-const pruneFile = "../../../schema/sql/optional/prune_data_older_than.sql"
 
 func installPrune(t *testing.T, db fx.DB) {
 	t.Helper()
-	sql, err := os.ReadFile(pruneFile)
+	sql, err := schema.OptionalSQL("prune_data_older_than")
 	require.NoError(t, err)
-	fx.Exec(t, db, string(sql))
+	fx.Exec(t, db, sql)
 }
 
 // age moves every timestamp of a run (and its steps and tasks) `days` into the past.
@@ -129,12 +127,21 @@ func TestPruneRejectsBadIntervals(t *testing.T) {
 	requirePgError(t, err, "P0001", "prune_data_older_than: retention_interval must be zero or positive, got -1 days")
 }
 
-// A flow whose queue was dropped by hand is skipped for archive pruning instead of failing.
+// A route whose queue was dropped by hand (PGMQ no longer lists it) is skipped for archive pruning instead of
+// failing; the routes whose queues exist are still pruned.
 func TestPruneSkipsMissingArchiveTables(t *testing.T) {
 	t.Parallel()
 	db := newDB(t).Pool
 	installPrune(t, db)
 	fx.Exec(t, db, "select pgflow.create_flow('gone')")
+	fx.Exec(t, db, "select pgflow.add_step('gone', 'a')")
 	fx.Exec(t, db, "select pgmq.drop_queue('gone')")
-	fx.Exec(t, db, "select pgflow.prune_data_older_than(interval '0')")
+	fx.Exec(t, db, "select pgflow.create_flow('kept')")
+	fx.Exec(t, db, "select pgflow.add_step('kept', 'a')")
+	old := fx.Val[int64](t, db, "select pgmq.send('kept', '{}')")
+	fx.Exec(t, db, "select pgmq.archive('kept', $1::bigint)", old)
+	fx.Exec(t, db, "update pgmq.a_kept set archived_at = archived_at - interval '1 day'")
+
+	fx.Exec(t, db, "select pgflow.prune_data_older_than(interval '1 hour')")
+	require.False(t, fx.InArchive(t, db, "kept", old))
 }
