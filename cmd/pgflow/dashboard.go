@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/pgflow-go/pgflow/internal/dashboard"
+)
+
+// dashboardTokenEnv is the environment variable that supplies --auth-token.
+const dashboardTokenEnv = "PGFLOW_DASHBOARD_TOKEN"
+
+func newDashboardCmd(g *globalOptions) *cobra.Command {
+	var listen, token string
+	var staleAfter time.Duration
+	cmd := &cobra.Command{
+		Use:   "dashboard",
+		Short: "Serve a read-only web UI of flows, runs and workers",
+		Long: `Serve the pgflow dashboard: flows with their step graphs, runs (filtered, paginated, live), each run's
+graph coloured by step status with a timeline, inputs, outputs and tasks, and the workers.
+
+The run page and the run list update without reloading, fed by the engine's LISTEN/NOTIFY events. The
+dashboard only reads: its database sessions run with default_transaction_read_only on.
+
+It listens on 127.0.0.1:8080 by default. To listen on any other interface it needs a token (--auth-token or
+$` + dashboardTokenEnv + `); with a token, every request must carry it, as "Authorization: Bearer <token>" or
+by opening a page once with ?token=<token>, which sets a session cookie.`,
+		Example: `  pgflow dashboard --database-url postgres://localhost/app
+  PGFLOW_DASHBOARD_TOKEN=s3cret pgflow dashboard --listen 0.0.0.0:8080`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			url, err := g.requireURL()
+			if err != nil {
+				return err
+			}
+			if err := dashboard.CheckListenAddr(listen, token); err != nil {
+				return err
+			}
+			return runDashboard(cmd.Context(), dashboardOptions{
+				url: url, listen: listen, token: token, staleAfter: staleAfter,
+				log: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
+				ready: func(addr string) {
+					fmt.Fprintf(cmd.OutOrStdout(), "pgflow dashboard on http://%s/\n", addr)
+				},
+			})
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "address to serve on (host:port)")
+	cmd.Flags().StringVar(&token, "auth-token", os.Getenv(dashboardTokenEnv),
+		"require this token on every request (default: $"+dashboardTokenEnv+")")
+	cmd.Flags().DurationVar(&staleAfter, "stale-after", 30*time.Second,
+		"a running worker without a heartbeat for longer is shown as unresponsive")
+	return cmd
+}
+
+type dashboardOptions struct {
+	url, listen, token string
+	staleAfter         time.Duration
+	log                *slog.Logger
+	ready              func(addr string)
+}
+
+// runDashboard serves until ctx is cancelled, then closes the event streams and shuts the server down.
+func runDashboard(ctx context.Context, o dashboardOptions) error {
+	cfg, err := pgxpool.ParseConfig(o.url)
+	if err != nil {
+		return fmt.Errorf("bad --database-url: %w", err)
+	}
+	cfg.MaxConns = 4
+	params := cfg.ConnConfig.RuntimeParams
+	if params["application_name"] == "" {
+		params["application_name"] = "pgflow-dashboard"
+	}
+	params["default_transaction_read_only"] = "on"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect to %s:%d/%s: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
+	}
+	defer pool.Close()
+	if err := pool.Ping(ctx); err != nil {
+		return fmt.Errorf("connect to %s:%d/%s: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
+	}
+
+	dash, err := dashboard.New(dashboard.Config{Pool: pool, Token: o.token, Logger: o.log, StaleAfter: o.staleAfter})
+	if err != nil {
+		return err
+	}
+	defer dash.Close()
+
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.listen, err)
+	}
+	srv := &http.Server{Handler: dash.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	if o.ready != nil {
+		o.ready(ln.Addr().String())
+	}
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("dashboard server on %s: %w", o.listen, err)
+	case <-ctx.Done():
+	}
+	dash.Close() // ends the event streams, so Shutdown does not wait for them
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("dashboard shutdown: %w", err)
+	}
+	return nil
+}
