@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgflow-go/pgflow"
 	"github.com/pgflow-go/pgflow/internal/pgtest"
+	"github.com/pgflow-go/pgflow/schema"
 )
 
 // The demo's invoice for demoInput: the items' prices are the sums of their letters' code points.
@@ -20,6 +21,15 @@ const demoInvoiceJSON = `{"invoice": {
 	          {"item": "cheese", "cents": 621}, {"item": "dates", "cents": 529}],
 	"subtotal_cents": 2305, "discount_cents": 230, "total_cents": 2075,
 	"gift": "a jar of honey"}}`
+
+// latestVersion is the schema version the migrator installs.
+func latestVersion(t *testing.T) string {
+	t.Helper()
+	migs, err := schema.Migrations()
+	require.NoError(t, err)
+	require.NotEmpty(t, migs)
+	return migs[len(migs)-1].Version
+}
 
 // outputOf returns the indented JSON the demo printed after "output:".
 func outputOf(t *testing.T, out string) string {
@@ -36,7 +46,7 @@ func TestDemoWithDatabaseURL(t *testing.T) {
 	db := pgtest.New(t)
 
 	out := mustCLI(t, "--database-url", db.URL, "demo", "--pause", "20ms")
-	require.Contains(t, out, "pgflow schema v0.16.0 already installed") // pgtest migrated it
+	require.Contains(t, out, "pgflow schema "+latestVersion(t)+" already installed") // pgtest migrated it
 	require.NotContains(t, out, "throwaway")
 	require.Contains(t, out, "  price started (4 tasks)\n")
 	require.Contains(t, out, "  gift completed in ")
@@ -67,7 +77,7 @@ func TestDemoInstallsTheSchemaIntoAnEmptyDatabase(t *testing.T) {
 	db := pgtest.NewEmpty(t)
 
 	out := mustCLI(t, "--database-url", db.URL, "demo", "--pause", "0s")
-	require.Contains(t, out, "installed the pgflow schema v0.16.0")
+	require.Contains(t, out, "installed the pgflow schema "+latestVersion(t)+" (")
 	require.JSONEq(t, demoInvoiceJSON, outputOf(t, out))
 }
 
@@ -76,7 +86,7 @@ func TestDemoOnAThrowawayCluster(t *testing.T) {
 	t.Setenv("DATABASE_URL", "postgres://nobody@127.0.0.1:1/ignored") // the demo ignores $DATABASE_URL
 	out := mustCLI(t, "demo", "--pause", "20ms")
 	require.Contains(t, out, "==> starting a throwaway PostgreSQL server\n")
-	require.Contains(t, out, "installed the pgflow schema v0.16.0")
+	require.Contains(t, out, "installed the pgflow schema "+latestVersion(t)+" (")
 	require.Contains(t, out, "run completed in ")
 	require.JSONEq(t, demoInvoiceJSON, outputOf(t, out))
 	require.True(t, strings.HasSuffix(out, "==> removed the throwaway server\n"), out)

@@ -38,9 +38,10 @@ func TestFlowsCommand(t *testing.T) {
 	require.Equal(t, 0, fr.MapStepCount)
 	require.EqualValues(t, 0, fr.ActiveRuns)
 	require.Equal(t, &queueJSON{Name: "fragile"}, fr.Queue)
+	queue := "fragile" // steps.queue_name
 	require.Equal(t, []sqlapi.FlowStep{
-		{StepSlug: "ok", StepType: "single", StepIndex: 0, Deps: []string{}},
-		{StepSlug: "boom", StepType: "single", StepIndex: 1, Deps: []string{"ok"}},
+		{StepSlug: "ok", StepType: "single", StepIndex: 0, Deps: []string{}, QueueName: &queue},
+		{StepSlug: "boom", StepType: "single", StepIndex: 1, Deps: []string{"ok"}, QueueName: &queue},
 	}, fr.Steps)
 
 	require.Equal(t, "squares", sq.FlowSlug)

@@ -250,6 +250,7 @@ type taskJSON struct {
 	TaskIndex    int        `json:"task_index"`
 	Status       string     `json:"status"`
 	Attempts     int        `json:"attempts"`
+	QueueName    *string    `json:"queue_name"` // the queue of message_id (schema v0.17.0+)
 	MessageID    *string    `json:"message_id"`
 	ErrorMessage *string    `json:"error_message"`
 	WorkerID     *string    `json:"worker_id"`
@@ -333,8 +334,9 @@ func (v *runView) document(withTasks bool) runJSON {
 			sj.TaskList = []taskJSON{}
 			for _, t := range byStep[s.StepSlug] {
 				tj := taskJSON{
-					TaskIndex: t.TaskIndex, Status: t.Status, Attempts: t.AttemptsCount, ErrorMessage: t.ErrorMessage,
-					WorkerID: t.LastWorkerID, QueuedAt: t.QueuedAt, StartedAt: t.StartedAt,
+					TaskIndex: t.TaskIndex, Status: t.Status, Attempts: t.AttemptsCount, QueueName: t.QueueName,
+					ErrorMessage: t.ErrorMessage,
+					WorkerID:     t.LastWorkerID, QueuedAt: t.QueuedAt, StartedAt: t.StartedAt,
 					CompletedAt: t.CompletedAt, FailedAt: t.FailedAt,
 				}
 				if t.MessageID != nil {
@@ -387,11 +389,14 @@ func (v *runView) writeText(w io.Writer, withTasks bool) {
 	if withTasks && len(v.tasks) > 0 {
 		fmt.Fprintln(w)
 		tw := newTable(w)
-		fmt.Fprintln(tw, "STEP\tTASK\tSTATUS\tATTEMPTS\tMESSAGE_ID\tWORKER\tERROR")
+		fmt.Fprintln(tw, "STEP\tTASK\tSTATUS\tATTEMPTS\tMESSAGE\tWORKER\tERROR")
 		for _, t := range v.tasks {
 			msgID, worker, errMsg := "-", "-", ""
 			if t.MessageID != nil {
 				msgID = strconv.FormatInt(*t.MessageID, 10)
+				if t.QueueName != nil {
+					msgID = *t.QueueName + "/" + msgID // message ids are unique per queue
+				}
 			}
 			if t.LastWorkerID != nil {
 				worker = *t.LastWorkerID

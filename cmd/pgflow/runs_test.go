@@ -53,6 +53,7 @@ func TestRunsStartWithoutWorkerThenShow(t *testing.T) {
 		require.Equal(t, i, task.TaskIndex)
 		require.Equal(t, "queued", task.Status)
 		require.NotNil(t, task.MessageID)
+		require.Equal(t, "squares", *task.QueueName)
 	}
 	// IDs are JSON strings, and the field names are the documented ones.
 	var raw map[string]any
@@ -89,7 +90,7 @@ func TestRunsStartWithoutWorkerThenShow(t *testing.T) {
 	require.Contains(t, out, `Output    {"sum":14}`)
 	require.Regexp(t, `square\s+map\s+completed\s+3/3\s+3 \(max 1\)\s+\S+\s+\[1,4,9\]`, out)
 	require.Regexp(t, `sum\s+single\s+completed\s+1/1\s+1\s+\S+\s+14`, out)
-	require.Regexp(t, `square\s+2\s+completed\s+1\s+\d+\s+[0-9a-f-]{36}`, out) // the task table
+	require.Regexp(t, `square\s+2\s+completed\s+1\s+squares/\d+\s+[0-9a-f-]{36}`, out) // the task table: queue/message id
 }
 
 func TestRunsStartWaitJSONAndText(t *testing.T) {

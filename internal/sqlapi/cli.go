@@ -2,7 +2,8 @@ package sqlapi
 
 // SQL of the command-line tool beyond what the client needs: listing flows with their steps, the depth of a
 // flow's queue, the tasks of one run and the registered workers. These are operator reads of the pgflow tables
-// (not SECURITY DEFINER functions), so the role needs select on them. None of them changes anything.
+// (not SECURITY DEFINER functions), so the role needs select on them. None of them changes anything. Columns
+// added by schema v0.17.0 (queue_name) are read through to_jsonb(row), so the reads also work on v0.16.0.
 
 import (
 	"context"
@@ -29,7 +30,8 @@ type FlowStep struct {
 	StepSlug  string   `json:"step_slug"`
 	StepType  string   `json:"step_type"`
 	StepIndex int      `json:"step_index"`
-	Deps      []string `json:"deps"` // in the dependencies' step_index order
+	Deps      []string `json:"deps"`       // in the dependencies' step_index order
+	QueueName *string  `json:"queue_name"` // steps.queue_name (schema v0.17.0+); nil on older schemas
 }
 
 const listFlowsSQL = `
@@ -39,6 +41,7 @@ select f.flow_slug, f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.creat
         'step_slug', s.step_slug,
         'step_type', s.step_type,
         'step_index', s.step_index,
+        'queue_name', to_jsonb(s) -> 'queue_name',
         'deps', coalesce((
           select jsonb_agg(d.dep_slug order by ds.step_index)
           from pgflow.deps as d
@@ -105,6 +108,7 @@ type TaskRow struct {
 	TaskIndex     int
 	Status        string // queued | started | completed | failed
 	AttemptsCount int
+	QueueName     *string // the queue of the task's message (schema v0.17.0+); nil on older schemas
 	MessageID     *int64
 	ErrorMessage  *string
 	LastWorkerID  *string
@@ -115,7 +119,7 @@ type TaskRow struct {
 }
 
 const runTasksSQL = `
-select t.step_slug, t.task_index, t.status, t.attempts_count, t.message_id, t.error_message,
+select t.step_slug, t.task_index, t.status, t.attempts_count, to_jsonb(t) ->> 'queue_name', t.message_id, t.error_message,
   t.last_worker_id::text, t.queued_at, t.started_at, t.completed_at, t.failed_at
 from pgflow.step_tasks as t
 join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
@@ -130,7 +134,7 @@ func RunTasks(ctx context.Context, db DBTX, runID string) ([]TaskRow, error) {
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (TaskRow, error) {
 		var t TaskRow
-		err := row.Scan(&t.StepSlug, &t.TaskIndex, &t.Status, &t.AttemptsCount, &t.MessageID, &t.ErrorMessage,
+		err := row.Scan(&t.StepSlug, &t.TaskIndex, &t.Status, &t.AttemptsCount, &t.QueueName, &t.MessageID, &t.ErrorMessage,
 			&t.LastWorkerID, &t.QueuedAt, &t.StartedAt, &t.CompletedAt, &t.FailedAt)
 		return t, err
 	})

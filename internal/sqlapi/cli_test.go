@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgflow-go/pgflow/internal/pgtest"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
+	"github.com/pgflow-go/pgflow/schema"
 )
 
 // diamondAndMap defines "diamond" (a -> b, a -> c, {c, b} -> d, with step options) and "fan" (a map over the run
@@ -62,11 +64,12 @@ func TestListFlows(t *testing.T) {
 	require.Equal(t, 30, d.Timeout)
 	require.False(t, d.CreatedAt.IsZero())
 	require.EqualValues(t, 2, d.ActiveRuns)
+	q := func(s string) *string { return &s }
 	require.Equal(t, []sqlapi.FlowStep{
-		{StepSlug: "a", StepType: "single", StepIndex: 0, Deps: []string{}},
-		{StepSlug: "b", StepType: "single", StepIndex: 1, Deps: []string{"a"}},
-		{StepSlug: "c", StepType: "single", StepIndex: 2, Deps: []string{"a"}},
-		{StepSlug: "d", StepType: "single", StepIndex: 3, Deps: []string{"b", "c"}}, // step_index order
+		{StepSlug: "a", StepType: "single", StepIndex: 0, Deps: []string{}, QueueName: q("diamond")},
+		{StepSlug: "b", StepType: "single", StepIndex: 1, Deps: []string{"a"}, QueueName: q("diamond")},
+		{StepSlug: "c", StepType: "single", StepIndex: 2, Deps: []string{"a"}, QueueName: q("diamond")},
+		{StepSlug: "d", StepType: "single", StepIndex: 3, Deps: []string{"b", "c"}, QueueName: q("diamond")}, // step_index order
 	}, d.Steps)
 
 	f := flows[1]
@@ -75,7 +78,7 @@ func TestListFlows(t *testing.T) {
 	require.Equal(t, 5, f.BaseDelay)
 	require.Equal(t, 60, f.Timeout)
 	require.EqualValues(t, 0, f.ActiveRuns)
-	require.Equal(t, []sqlapi.FlowStep{{StepSlug: "each", StepType: "map", StepIndex: 0, Deps: []string{}}}, f.Steps)
+	require.Equal(t, []sqlapi.FlowStep{{StepSlug: "each", StepType: "map", StepIndex: 0, Deps: []string{}, QueueName: q("fan")}}, f.Steps)
 
 	only, err := sqlapi.ListFlows(ctx, db.Pool, "fan")
 	require.NoError(t, err)
@@ -132,6 +135,7 @@ func TestRunTasks(t *testing.T) {
 		require.Equal(t, "queued", task.Status)
 		require.Equal(t, 0, task.AttemptsCount)
 		require.NotNil(t, task.MessageID)
+		require.Equal(t, "fan", *task.QueueName)
 		require.Nil(t, task.ErrorMessage)
 		require.Nil(t, task.LastWorkerID)
 		require.Nil(t, task.StartedAt)
@@ -161,6 +165,33 @@ func TestRunTasks(t *testing.T) {
 	none, err := sqlapi.RunTasks(ctx, db.Pool, "00000000-0000-4000-8000-000000000000")
 	require.NoError(t, err)
 	require.Empty(t, none)
+}
+
+// The reads also work on a database still at schema v0.16.0, which has no queue_name columns.
+func TestCLIReadsOnSchemaV016(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewWithPGMQ(t)
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	_, err = schema.NewMigrator(conn).Up(ctx, "v0.16.0")
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+	diamondAndMap(t, db.Pool)
+
+	flows, err := sqlapi.ListFlows(ctx, db.Pool, "fan")
+	require.NoError(t, err)
+	require.Equal(t, []sqlapi.FlowStep{{StepSlug: "each", StepType: "map", StepIndex: 0, Deps: []string{}}}, flows[0].Steps)
+	run, err := sqlapi.StartFlowWithStates(ctx, db.Pool, "fan", json.RawMessage(`[1]`), "")
+	require.NoError(t, err)
+	tasks, err := sqlapi.RunTasks(ctx, db.Pool, run.Run.RunID)
+	require.NoError(t, err)
+	require.Len(t, tasks, 1)
+	require.Nil(t, tasks[0].QueueName)
+	require.NotNil(t, tasks[0].MessageID)
+	depth, err := sqlapi.QueueMetrics(ctx, db.Pool, "fan")
+	require.NoError(t, err)
+	require.Equal(t, sqlapi.QueueDepth{Length: 1, Visible: 1}, depth)
 }
 
 func TestListWorkersAndGetWorker(t *testing.T) {
