@@ -41,7 +41,7 @@ the queue, and how many of them a worker could read now; the rest wait for a ret
 --steps adds each flow's steps with their type and dependencies. --json prints an array of documents with the
 fields flow_slug, opt_max_attempts, opt_base_delay, opt_timeout, created_at, step_count, map_step_count,
 active_runs, queue {name, length, visible} (null if the queue cannot be read) and steps[] {step_slug, step_type,
-step_index, deps}.`,
+step_index, deps, queue_name}.`,
 		Example: `  pgflow flows
   pgflow flows --steps
   pgflow flows --json | jq '.[] | {flow_slug, active_runs}'`,

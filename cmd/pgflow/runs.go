@@ -194,13 +194,13 @@ func newRunsShowCmd(g *globalOptions) *cobra.Command {
 		Long: `Show one run: its status, input and output, and for every step its status, tasks (done/total), attempts,
 time and a detail (the output of a completed step, the reason a step was skipped, the error of a failed one, the
 last error of a step that is retrying, or what a waiting step waits for). Full error messages follow the table.
---tasks adds one line per task (status, attempts, PGMQ message id, worker, error).
+--tasks adds one line per task (status, attempts, PGMQ queue/message id, worker, error).
 
 --json prints a document with stable snake_case fields: run_id, flow_slug, status, input, output (null unless
 completed), error (failed runs), remaining_steps, started_at, completed_at, failed_at and steps[]: step_slug,
 step_type, status, remaining_deps, initial_tasks, remaining_tasks, tasks {total, queued, started, completed,
 failed, attempts_total, attempts_max, last_error}, output, error_message, skip_reason, created_at, started_at,
-completed_at, failed_at, skipped_at, and with --tasks task_list[] {task_index, status, attempts, message_id,
+completed_at, failed_at, skipped_at, and with --tasks task_list[] {task_index, status, attempts, queue_name, message_id,
 error_message, worker_id, queued_at, started_at, completed_at, failed_at}. Ids (run, worker, message) are strings.`,
 		Example: `  pgflow runs show 0f8fad5b-d9cb-469f-a165-70867728950e
   pgflow runs show 0f8fad5b-d9cb-469f-a165-70867728950e --tasks
