@@ -98,7 +98,7 @@ func TestFlowPage(t *testing.T) {
 	}
 
 	row := tableRow(t, body, `<tr data-step="b"`)
-	require.Contains(t, row, `<span class="">7</span>`)          // own max_attempts
+	require.Contains(t, row, `<span class="">7</span>`)           // own max_attempts
 	require.Contains(t, row, `<span class="inherited">2</span>s`) // base_delay from the flow
 	require.Contains(t, row, `<span class="">9</span>s`)          // own timeout
 	require.Contains(t, row, `<span class="">0</span>s`)          // start_delay set explicitly
