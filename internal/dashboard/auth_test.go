@@ -71,7 +71,9 @@ func TestTokenAuth(t *testing.T) {
 	require.Equal(t, http.StatusOK, e.get("/static/app.js", withCookie).Status)
 
 	// A forged cookie does not pass.
-	forged := func(r *http.Request) { r.AddCookie(&http.Cookie{Name: dashboard.CookieName, Value: strings.Repeat("0", 64)}) }
+	forged := func(r *http.Request) {
+		r.AddCookie(&http.Cookie{Name: dashboard.CookieName, Value: strings.Repeat("0", 64)})
+	}
 	require.Equal(t, http.StatusUnauthorized, e.get("/flows", forged).Status)
 	// Neither does the token itself as a cookie.
 	raw := func(r *http.Request) { r.AddCookie(&http.Cookie{Name: dashboard.CookieName, Value: token}) }
