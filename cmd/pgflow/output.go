@@ -675,16 +675,23 @@ func (p *progressView) finish(run *pgflow.Run) {
 }
 
 // watchRun follows a run until it is completed or failed, drawing each change on view, and returns its final
-// state. It listens for the run's events and re-reads the run on each batch of them, and also every poll
-// interval, so it ends even if events cannot be delivered.
+// state. It listens for the run's events and re-reads the run on each burst of them, and also every poll
+// interval, so it ends even if events cannot be delivered. Until the listener is ready (or if it never becomes
+// ready, e.g. when no extra connection can be opened) it relies on the poll alone.
 func watchRun(ctx context.Context, client *pgflow.Client, runID string, view *progressView, poll time.Duration) (*pgflow.Run, error) {
 	if _, err := getRun(ctx, client, runID); err != nil { // a clear error for unknown ids before subscribing
 		return nil, err
 	}
-	events, err := client.Subscribe(ctx, runID)
-	if err != nil {
-		return nil, withSchemaHint(err)
-	}
+	ctx, cancel := context.WithCancel(ctx) // ends the subscription when the watch ends
+	defer cancel()
+	subscribed := make(chan (<-chan pgflow.Event), 1)
+	go func() {
+		if events, err := client.Subscribe(ctx, runID); err == nil {
+			subscribed <- events
+		}
+	}()
+	var events <-chan pgflow.Event
+
 	pollTicker := time.NewTicker(poll)
 	defer pollTicker.Stop()
 	var redraw <-chan time.Time
@@ -710,9 +717,12 @@ func watchRun(ctx context.Context, client *pgflow.Client, runID string, view *pr
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()
+			case events = <-subscribed:
+				subscribed = nil
+				break wait // re-read: a transition may have happened before the listener was ready
 			case _, ok := <-events:
 				if !ok {
-					events = nil // ended (terminal event, or the listener is gone): the poll takes over
+					events = nil // ended (terminal event, or the client is closing): the poll takes over
 				}
 				drainEvents(events)
 				break wait

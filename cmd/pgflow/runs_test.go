@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgflow-go/pgflow"
@@ -279,4 +283,30 @@ func TestRunsWatchFailedRun(t *testing.T) {
 	require.Contains(t, r.stdout, "  boom failed: the printer is on fire\n")
 	require.Contains(t, r.stdout, "run failed after ")
 	require.Contains(t, r.stdout, "step boom failed: the printer is on fire\n")
+}
+
+// Without notifications (the listener cannot connect) watch still follows the run, by polling.
+func TestWatchRunWithoutNotificationsPolls(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	startWorker(t, db.Pool, squaresFlow("squares"))
+
+	listen, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	listen.Port = 1 // nothing listens there
+	listen.ConnectTimeout = time.Second
+	client := pgflow.NewClient(db.Pool, pgflow.WithListenConfig(listen),
+		pgflow.WithLogger(slog.New(slog.DiscardHandler)))
+	defer client.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	run, err := client.StartRunJSON(ctx, "squares", json.RawMessage(`[2, 3]`))
+	require.NoError(t, err)
+	var out bytes.Buffer
+	final, err := watchRun(ctx, client, run.ID, newProgressView(&out, false, nil), 50*time.Millisecond)
+	require.NoError(t, err)
+	require.Equal(t, pgflow.RunCompleted, final.Status)
+	require.JSONEq(t, `{"sum": 13}`, string(final.Output))
+	require.Contains(t, out.String(), "sum completed in ")
 }
