@@ -293,6 +293,10 @@ func runDemo(ctx context.Context, out, errOut io.Writer, cfg demoConfig) error {
 	view := newProgressView(out, ansi, types)
 	final, err := watchRun(ctx, client, run.ID, view, time.Second)
 	if err != nil {
+		if ctx.Err() != nil {
+			say("interrupted: stopping the worker and cleaning up")
+			return exitError{code: 130}
+		}
 		return err
 	}
 	view.finish(final)
