@@ -72,9 +72,14 @@ step_index, deps, queue_name}.`,
 						d.MapStepCount++
 					}
 				}
-				// The flow's queue is named like the flow. A queue that cannot be read is shown as unknown.
-				if depth, err := sqlapi.QueueMetrics(ctx, pool, f.FlowSlug); err == nil {
-					d.Queue = &queueJSON{Name: f.FlowSlug, Length: depth.Length, Visible: depth.Visible}
+				// The flow's queue: the one its steps record (schema v0.17.0+), else the one named like the flow.
+				// A queue that cannot be read is shown as unknown.
+				queue := f.FlowSlug
+				if len(f.Steps) > 0 && f.Steps[0].QueueName != nil {
+					queue = *f.Steps[0].QueueName
+				}
+				if depth, err := sqlapi.QueueMetrics(ctx, pool, queue); err == nil {
+					d.Queue = &queueJSON{Name: queue, Length: depth.Length, Visible: depth.Visible}
 				} else if ctx.Err() != nil {
 					return ctx.Err()
 				}

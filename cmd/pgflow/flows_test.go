@@ -64,6 +64,24 @@ func TestFlowsCommand(t *testing.T) {
 	require.Regexp(t, `\nfragile\n\s+0\s+ok\s+single\s*\n\s+1\s+boom\s+single\s+depends on ok\n`, out)
 }
 
+// A camelCase flow's queue is recorded in lower case; flows reads its depth all the same.
+func TestFlowsCommandMixedCaseSlug(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	compileFlow(t, db.Pool, squaresFlow("sumOfSquares"))
+	client := pgflow.NewClient(db.Pool)
+	defer client.Close()
+	_, err := client.StartRunJSON(context.Background(), "sumOfSquares", json.RawMessage(`[1, 2]`))
+	require.NoError(t, err)
+
+	docs := decodeJSON[[]flowJSON](t, mustCLI(t, "--database-url", db.URL, "flows", "--json"))
+	require.Len(t, docs, 1)
+	require.Equal(t, "sumOfSquares", docs[0].FlowSlug)
+	require.NotNil(t, docs[0].Queue)
+	require.Equal(t, "sumofsquares", docs[0].Queue.Name) // steps.queue_name is lower(flow_slug)
+	require.EqualValues(t, 2, docs[0].Queue.Length)
+}
+
 func TestFlowsCommandUnreadableQueue(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
