@@ -188,7 +188,7 @@ func TestShapeMatchesDatabase(t *testing.T) {
 			require.NoError(t, db.Pool.QueryRow(ctx, `
 				with d as (
 				  select s.flow_slug,
-				         jsonb_agg(to_jsonb(s) - 'flow_slug' - 'created_at' order by s.step_index) as steps
+				         jsonb_agg(to_jsonb(s) - 'flow_slug' - 'created_at' - 'queue_name' order by s.step_index) as steps
 				  from pgflow.steps as s where s.flow_slug in ($1, $2) group by s.flow_slug
 				), fl as (
 				  select flow_slug, to_jsonb(f) - 'flow_slug' - 'created_at' as opts
@@ -199,6 +199,11 @@ func TestShapeMatchesDatabase(t *testing.T) {
 				   and pgflow._get_flow_shape($1) = pgflow._get_flow_shape($2)`,
 				f.Slug(), copySlug).Scan(&sameDefinition))
 			require.True(t, sameDefinition)
+			// …except that each flow routes its steps to its own queue.
+			var foreignRoutes int
+			require.NoError(t, db.Pool.QueryRow(ctx, `select count(*) from pgflow.steps
+				where flow_slug in ($1, $2) and queue_name <> lower(flow_slug)`, f.Slug(), copySlug).Scan(&foreignRoutes))
+			require.Zero(t, foreignRoutes)
 		})
 	}
 }

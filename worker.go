@@ -63,6 +63,7 @@ func (e *ShapeMismatchError) Unwrap() error { return ErrShapeMismatch }
 type Worker struct {
 	pool  *pgxpool.Pool
 	slug  string
+	queue string // the PGMQ queue polled: the flow's default route, read from the database at startup
 	steps map[string]*stepDef
 	shape json.RawMessage
 	cfg   resolvedConfig
@@ -214,13 +215,21 @@ func (w *Worker) startup(ctx context.Context) (registering bool, err error) {
 			return false, fmt.Errorf("pgflow: worker %s: pgflow.ensure_flow_compiled(%q) returned the unknown status %q", w.cfg.WorkerID, w.slug, res.Status)
 		}
 	}
+	err = w.retryStartup(ctx, "resolve the flow's queue", func(ctx context.Context) (err error) {
+		w.queue, err = sqlapi.FlowQueue(ctx, w.pool, w.slug)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	w.log = w.log.With("queue", w.queue)
 	err = w.retryStartup(ctx, "register the worker", func(ctx context.Context) error {
-		return sqlapi.RegisterWorker(ctx, w.pool, w.cfg.WorkerID, w.slug, workerFunctionName)
+		return sqlapi.RegisterWorker(ctx, w.pool, w.cfg.WorkerID, w.queue, workerFunctionName)
 	})
 	if err != nil {
 		return true, err
 	}
-	w.log.Info("worker started", "queue", w.slug, "compilation", status,
+	w.log.Info("worker started", "compilation", status,
 		"max_concurrent", w.cfg.MaxConcurrent, "batch_size", w.cfg.BatchSize)
 	return true, nil
 }
@@ -423,7 +432,7 @@ func (r *workerRun) pollLoop() {
 				break fill
 			}
 		}
-		msgs, err := sqlapi.ReadWithPoll(r.loopCtx, r.w.pool, r.w.slug, r.cfg.vtSeconds, n, r.cfg.maxPollSeconds, r.cfg.pollIntervalMs)
+		msgs, err := sqlapi.ReadWithPoll(r.loopCtx, r.w.pool, r.w.queue, r.cfg.vtSeconds, n, r.cfg.maxPollSeconds, r.cfg.pollIntervalMs)
 		if err != nil {
 			r.release(n)
 			if r.loopCtx.Err() != nil {
@@ -463,11 +472,10 @@ func (r *workerRun) claim(msgs []sqlapi.Message) []sqlapi.ClaimedTask {
 	for n := 1; ; n++ {
 		// The claim itself is not cancelled by shutdown: once start_tasks has committed, its rows must reach
 		// handlers, so the call may not be interrupted half way.
-		tasks, err := sqlapi.StartTasks(r.reportCtx, r.w.pool, r.w.slug, ids, r.cfg.WorkerID)
+		tasks, err := sqlapi.StartTasksFromQueue(r.reportCtx, r.w.pool, r.w.slug, r.w.queue, ids, r.cfg.WorkerID)
 		if err == nil {
 			if len(tasks) < len(ids) {
-				r.log.Debug("some messages had no task to start (stale, already started or finished)",
-					"read", len(ids), "claimed", len(tasks))
+				r.explainUnclaimed(ids, tasks)
 			}
 			return tasks
 		}
@@ -478,6 +486,41 @@ func (r *workerRun) claim(msgs []sqlapi.Message) []sqlapi.ClaimedTask {
 		r.log.Warn("claiming tasks failed, retrying", "retry", n, "delay", delay, "messages", len(ids), "error", err)
 		if sleepCtx(r.loopCtx, delay) != nil {
 			return nil
+		}
+	}
+}
+
+// explainUnclaimed logs why messages of a batch were not claimed. A message with no matching task, or whose
+// task belongs to another flow, is left exactly as it is (in the queue, not archived, its visibility untouched)
+// and reported at warn level with its identifiers, never its body: it will reappear after its visibility timeout
+// until an operator handles it (docs/queues.md). Started and finished tasks are routine redeliveries (debug).
+func (r *workerRun) explainUnclaimed(ids []int64, claimed []sqlapi.ClaimedTask) {
+	got := make(map[int64]bool, len(claimed))
+	for _, t := range claimed {
+		got[t.MsgID] = true
+	}
+	var missing []int64
+	for _, id := range ids {
+		if !got[id] {
+			missing = append(missing, id)
+		}
+	}
+	why, err := sqlapi.ClassifyUnclaimed(r.reportCtx, r.w.pool, r.w.slug, r.w.queue, missing)
+	if err != nil {
+		r.log.Warn("some messages were not claimed; could not tell why", "count", len(missing), "error", err)
+		return
+	}
+	for _, u := range why {
+		id := strconv.FormatInt(u.MsgID, 10)
+		switch u.Reason {
+		case sqlapi.UnclaimedNoTask:
+			r.log.Warn("message has no matching task; left in the queue untouched (it reappears after its visibility timeout until an operator archives or deletes it)",
+				"msg_id", id)
+		case sqlapi.UnclaimedOtherFlow:
+			r.log.Warn("message belongs to a task of another flow; skipped and left untouched",
+				"msg_id", id, "task_flow", u.OwnerFlow)
+		default:
+			r.log.Debug("message not claimed: its task is not waiting to run", "msg_id", id, "reason", u.Reason)
 		}
 	}
 }
@@ -504,7 +547,7 @@ func (r *workerRun) runTask(t sqlapi.ClaimedTask) {
 	env := &taskEnv{
 		meta: TaskMeta{
 			RunID: t.RunID, FlowSlug: r.w.slug, StepSlug: t.StepSlug, TaskIndex: t.TaskIndex, Attempt: t.Attempt,
-			MessageID: t.MsgID, WorkerID: r.cfg.WorkerID, QueueName: r.w.slug,
+			MessageID: t.MsgID, WorkerID: r.cfg.WorkerID, QueueName: r.w.queue,
 		},
 		input:     t.Input,
 		flowInput: t.FlowInput,
@@ -628,7 +671,7 @@ func (r *workerRun) heartbeatLoop(ctx context.Context) {
 		switch {
 		case errors.Is(err, sqlapi.ErrWorkerNotRegistered):
 			r.log.Warn("worker row missing from pgflow.workers; registering again")
-			if err := sqlapi.RegisterWorker(ctx, r.w.pool, r.cfg.WorkerID, r.w.slug, workerFunctionName); err != nil && ctx.Err() == nil {
+			if err := sqlapi.RegisterWorker(ctx, r.w.pool, r.cfg.WorkerID, r.w.queue, workerFunctionName); err != nil && ctx.Err() == nil {
 				r.log.Warn("registering the worker again failed", "error", err)
 			}
 		case err != nil:

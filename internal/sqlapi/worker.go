@@ -126,18 +126,30 @@ type ClaimedTask struct {
 	Attempt   int             // attempts_count after the claim: 1 on the first attempt
 }
 
-// StartTasks claims the tasks behind msgIDs with pgflow.start_tasks(flow_slug, msg_ids, worker_id) and reads the
-// claimed tasks' attempts_count in the same round trip (one implicit transaction, so the second statement sees
-// the claim). Only tasks start_tasks returned are returned, ordered by message id.
+// StartTasks claims the tasks behind msgIDs of the flow's default queue: the three-argument call a v0.16.0
+// worker makes. See StartTasksFromQueue.
 func StartTasks(ctx context.Context, db Batcher, flowSlug string, msgIDs []int64, workerID string) ([]ClaimedTask, error) {
+	return StartTasksFromQueue(ctx, db, flowSlug, "", msgIDs, workerID)
+}
+
+// StartTasksFromQueue claims the tasks behind msgIDs, read from queue, with
+// pgflow.start_tasks(flow_slug, msg_ids, worker_id, queue_name) and reads the claimed tasks' attempts_count in the
+// same round trip (one implicit transaction, so the second statement sees the claim). An empty queue passes NULL:
+// the flow's default queue. Only tasks start_tasks returned are returned, ordered by message id.
+func StartTasksFromQueue(ctx context.Context, db Batcher, flowSlug, queue string, msgIDs []int64, workerID string) ([]ClaimedTask, error) {
 	if len(msgIDs) == 0 {
 		return nil, nil
+	}
+	var queueArg *string
+	if queue != "" {
+		queueArg = &queue
 	}
 	var b pgx.Batch
 	var tasks []ClaimedTask
 	b.Queue(`select r.flow_slug, r.run_id::text, r.step_slug, r.input, r.msg_id, r.task_index, r.flow_input
-	           from pgflow.start_tasks(flow_slug => $1::text, msg_ids => $2::bigint[], worker_id => $3::uuid) as r`,
-		flowSlug, msgIDs, workerID).Query(func(rows pgx.Rows) error {
+	           from pgflow.start_tasks(flow_slug => $1::text, msg_ids => $2::bigint[], worker_id => $3::uuid,
+	                                   queue_name => $4::text) as r`,
+		flowSlug, msgIDs, workerID, queueArg).Query(func(rows pgx.Rows) error {
 		var err error
 		tasks, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClaimedTask, error) {
 			var t ClaimedTask
@@ -150,10 +162,11 @@ func StartTasks(ctx context.Context, db Batcher, flowSlug string, msgIDs []int64
 	b.Queue(`select t.message_id, t.attempts_count
 	           from pgflow.step_tasks as t
 	          where t.flow_slug = $1::text
+	            and t.queue_name = lower(coalesce($4::text, pgflow._default_queue_name($1::text)))
 	            and t.message_id = any ($2::bigint[])
 	            and t.status = 'started'
 	            and t.last_worker_id = $3::uuid`,
-		flowSlug, msgIDs, workerID).Query(func(rows pgx.Rows) error {
+		flowSlug, msgIDs, workerID, queueArg).Query(func(rows pgx.Rows) error {
 		var id int64
 		var n int
 		_, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error {
@@ -163,12 +176,70 @@ func StartTasks(ctx context.Context, db Batcher, flowSlug string, msgIDs []int64
 		return err
 	})
 	if err := db.SendBatch(ctx, &b).Close(); err != nil {
-		return nil, fmt.Errorf("sqlapi: pgflow.start_tasks(flow %q, %d message ids, worker %s): %w", flowSlug, len(msgIDs), workerID, err)
+		return nil, fmt.Errorf("sqlapi: pgflow.start_tasks(flow %q, queue %q, %d message ids, worker %s): %w",
+			flowSlug, queue, len(msgIDs), workerID, err)
 	}
 	for i := range tasks {
 		tasks[i].Attempt = attempts[tasks[i].MsgID]
 	}
 	return tasks, nil
+}
+
+// FlowQueue returns the queue a worker of the flow polls: the flow's default route as the database defines it
+// (pgflow._default_queue_name), so Go never rebuilds a queue name from a slug.
+func FlowQueue(ctx context.Context, db DBTX, flowSlug string) (string, error) {
+	var q string
+	if err := db.QueryRow(ctx, `select pgflow._default_queue_name($1::text)`, flowSlug).Scan(&q); err != nil {
+		return "", fmt.Errorf("sqlapi: default queue of flow %q: %w", flowSlug, err)
+	}
+	return q, nil
+}
+
+// Why a message read from a flow's queue was not claimed.
+const (
+	UnclaimedNoTask     = "no_task"     // no task of any flow has this (queue, message id)
+	UnclaimedOtherFlow  = "other_flow"  // the matching task belongs to another flow
+	UnclaimedStarted    = "started"     // the task already runs; completion or recovery is in charge
+	UnclaimedIneligible = "ineligible"  // the task is finished, or its step or run no longer runs
+	UnclaimedQueued     = "queued_race" // the task is still queued: another worker holds its row right now
+)
+
+// UnclaimedMessage says why one message id was not claimed.
+type UnclaimedMessage struct {
+	MsgID     int64
+	Reason    string // one of the Unclaimed* constants
+	OwnerFlow string // flow of the matching task, "" when there is none
+}
+
+// ClassifyUnclaimed explains, with one read-only query, why each of msgIDs (read from queue by a worker of
+// flowSlug) was not claimed. It reads task identity only, never message bodies.
+func ClassifyUnclaimed(ctx context.Context, db DBTX, flowSlug, queue string, msgIDs []int64) ([]UnclaimedMessage, error) {
+	if len(msgIDs) == 0 {
+		return nil, nil
+	}
+	rows, err := db.Query(ctx, `
+		select m.id,
+		       case
+		         when t.run_id is null then 'no_task'
+		         when t.flow_slug <> $1::text then 'other_flow'
+		         when t.status = 'started' then 'started'
+		         when t.status = 'queued' and r.status = 'started' and ss.status = 'started' then 'queued_race'
+		         else 'ineligible'
+		       end,
+		       coalesce(t.flow_slug, '')
+		  from unnest($3::bigint[]) as m (id)
+		  left join pgflow.step_tasks as t on t.queue_name = lower($2::text) and t.message_id = m.id
+		  left join pgflow.runs as r on r.run_id = t.run_id
+		  left join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
+		 order by m.id`, flowSlug, queue, msgIDs)
+	if err != nil {
+		return nil, fmt.Errorf("sqlapi: classify %d unclaimed messages of queue %q: %w", len(msgIDs), queue, err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (UnclaimedMessage, error) {
+		var u UnclaimedMessage
+		err := r.Scan(&u.MsgID, &u.Reason, &u.OwnerFlow)
+		return u, err
+	})
 }
 
 // CompleteTask calls pgflow.complete_task(run_id, step_slug, task_index, output) and returns the task's status
