@@ -15,8 +15,8 @@ import (
 	"github.com/pgflow-go/pgflow/internal/dashboard"
 )
 
-// EnvScreenshot, when set to a file path, makes TestBrowserRunPageGoesLive save a screenshot of the finished run
-// page there (used by hand to refresh docs/dashboard-run.png; CI leaves it unset).
+// EnvScreenshot, when set to a file path, makes TestBrowserRunPageGoesLive save a screenshot of the run page in
+// the middle of the run there (used by hand to refresh docs/dashboard-run.png; CI leaves it unset).
 const EnvScreenshot = "PGFLOW_DASHBOARD_SCREENSHOT"
 
 // findChromium returns the Chromium binary or fails the test: the browser tests are part of the suite.
@@ -122,15 +122,44 @@ func TestBrowserRunPageGoesLive(t *testing.T) {
 	waitJS(t, ctx, `document.querySelector('svg.dag g.node[data-step="each"]').getAttribute("data-status") === "started"`,
 		"each to show started")
 
-	// The rest of the run.
+	// Mid-run: one map task completes, one fails (and will be retried), one and notify keep running. The page
+	// shows the error without a reload.
+	cs := claim(t, e.db.Pool, "orders")
+	require.Len(t, cs, 4)
+	var rest []claimed
+	for _, c := range cs {
+		switch {
+		case c.StepSlug == "each" && c.TaskIndex == 0:
+			completeTask(t, e.db.Pool, c, `{"item": "apple", "ok": true}`)
+		case c.StepSlug == "each" && c.TaskIndex == 1:
+			failTask(t, e.db.Pool, c, "inventory service timed out after 30s")
+		default:
+			rest = append(rest, c)
+		}
+	}
+	// A failed attempt emits no event (docs/events.md); the next event of the run brings the page up to date.
+	completeTask(t, e.db.Pool, rest[1], `{"sent": true}`) // notify
+	require.Equal(t, "notify", rest[1].StepSlug)
+	waitJS(t, ctx, `document.getElementById("step-each").textContent.includes("inventory service timed out")`,
+		"the failed attempt's error")
+	waitJS(t, ctx, `document.querySelector('svg.dag g.node[data-step="notify"]').getAttribute("data-status") === "completed"`,
+		"notify to show completed")
+	if path := os.Getenv(EnvScreenshot); path != "" {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path, png, 0o644))
+		t.Logf("screenshot saved to %s", path)
+	}
+
+	// The rest of the run: the retry becomes visible at once instead of after its backoff.
+	completeTask(t, e.db.Pool, rest[0], `{"item": "plum", "ok": true}`)
+	e.exec(`update pgmq.q_orders set vt = now()`)
 	runToEnd(t, e.db.Pool, "orders", func(c claimed) string {
 		switch c.StepSlug {
 		case "each":
 			return fmt.Sprintf(`{"item": %s, "ok": true}`, c.Input)
-		case "total":
-			return `{"items": 3}`
 		default:
-			return `{"sent": true}`
+			return `{"items": 3}`
 		}
 	})
 	require.Equal(t, "completed", runStatus(t, e.db.Pool, id))
@@ -148,13 +177,6 @@ func TestBrowserRunPageGoesLive(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, inputText, `<script>window.pwned = 1</script>`)
 
-	if path := os.Getenv(EnvScreenshot); path != "" {
-		evalJS[bool](t, ctx, `document.querySelectorAll("details").forEach(d => d.open = false); window.scrollTo(0, 0); true`)
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(path, png, 0o644))
-		t.Logf("screenshot saved to %s", path)
-	}
 }
 
 // TestBrowserRunListGoesLive opens the run list and starts runs from the test: they appear without a reload.

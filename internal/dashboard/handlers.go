@@ -80,7 +80,15 @@ func (s *Server) show(w http.ResponseWriter, r *http.Request, name string, data 
 
 type flowRow struct {
 	sqlapi.DashFlow
-	Queue *sqlapi.DashQueue
+	Queues []queueView
+}
+
+// queueView is one queue of a flow: its depth, or that it is missing.
+type queueView struct {
+	Name     string
+	Missing  bool
+	ShowName bool // the queue is not named like the flow
+	sqlapi.DashQueue
 }
 
 type flowsPage struct {
@@ -89,14 +97,35 @@ type flowsPage struct {
 	QueueErr string
 }
 
-// queueOf finds a flow's queue: named like the flow, or its lower-case spelling.
-func queueOf(queues map[string]sqlapi.DashQueue, flowSlug string) *sqlapi.DashQueue {
-	for _, name := range []string{flowSlug, strings.ToLower(flowSlug)} {
-		if q, ok := queues[name]; ok {
-			return &q
+// flowQueueNames returns the queues a flow's tasks go to: its default queue, lower(flow_slug), and every
+// queue a step routes to (steps.queue_name, schema v0.17.0+), without repeats.
+func flowQueueNames(flowSlug string, stepQueues []*string) []string {
+	names := []string{strings.ToLower(flowSlug)}
+	for _, q := range stepQueues {
+		if q != nil && !contains(names, strings.ToLower(*q)) {
+			names = append(names, strings.ToLower(*q))
 		}
 	}
-	return nil
+	return names
+}
+
+// flowQueues looks a flow's queues up in the metrics read with DashQueues. Queue names are matched without
+// regard to letter case, because a queue created before schema v0.17.0 may be listed in the flow slug's
+// spelling.
+func flowQueues(queues map[string]sqlapi.DashQueue, flowSlug string, stepQueues []*string) []queueView {
+	byLower := make(map[string]sqlapi.DashQueue, len(queues))
+	for name, q := range queues {
+		byLower[strings.ToLower(name)] = q
+	}
+	var out []queueView
+	for _, name := range flowQueueNames(flowSlug, stepQueues) {
+		if q, ok := byLower[name]; ok {
+			out = append(out, queueView{Name: q.Name, DashQueue: q, ShowName: q.Name != flowSlug})
+		} else {
+			out = append(out, queueView{Name: name, Missing: true, ShowName: name != flowSlug})
+		}
+	}
+	return out
 }
 
 func (s *Server) handleFlows(w http.ResponseWriter, r *http.Request) {
@@ -112,7 +141,15 @@ func (s *Server) handleFlows(w http.ResponseWriter, r *http.Request) {
 		page.QueueErr = err.Error()
 	}
 	for _, f := range flows {
-		page.Flows = append(page.Flows, flowRow{DashFlow: f, Queue: queueOf(queues, f.FlowSlug)})
+		row := flowRow{DashFlow: f}
+		if err == nil {
+			sq := make([]*string, len(f.Steps))
+			for i := range f.Steps {
+				sq[i] = f.Steps[i].QueueName
+			}
+			row.Queues = flowQueues(queues, f.FlowSlug, sq)
+		}
+		page.Flows = append(page.Flows, row)
 	}
 	s.show(w, r, "flows", page)
 }
@@ -136,9 +173,9 @@ type flowPage struct {
 	Flow  *sqlapi.DashFlowDetail
 	DAG   dagView
 	Steps []stepOptions
-	Runs  []sqlapi.DashRun
-	Total int64
-	Queue *sqlapi.DashQueue
+	Runs   []sqlapi.DashRun
+	Total  int64
+	Queues []queueView
 }
 
 func effective(own *int, inherited int) optValue {
@@ -175,7 +212,11 @@ func (s *Server) handleFlow(w http.ResponseWriter, r *http.Request) {
 		Flow: def, DAG: dag, Runs: runs, Total: total,
 	}
 	if queues, err := sqlapi.DashQueues(ctx, s.cfg.Pool); err == nil {
-		page.Queue = queueOf(queues, slug)
+		sq := make([]*string, len(def.Steps))
+		for i := range def.Steps {
+			sq[i] = def.Steps[i].QueueName
+		}
+		page.Queues = flowQueues(queues, slug, sq)
 	}
 	zero := 0
 	for _, st := range def.Steps {
@@ -610,6 +651,7 @@ type apiTask struct {
 	Status        string     `json:"status"`
 	AttemptsCount int        `json:"attempts_count"`
 	RequeuedCount int        `json:"requeued_count"`
+	QueueName     *string    `json:"queue_name"`
 	MessageID     *string    `json:"message_id"`
 	LastWorkerID  *string    `json:"last_worker_id"`
 	ErrorMessage  *string    `json:"error_message"`
@@ -648,7 +690,7 @@ func (s *Server) handleRunAPI(w http.ResponseWriter, r *http.Request) {
 	for _, t := range tasks {
 		at := apiTask{
 			StepSlug: t.StepSlug, TaskIndex: t.TaskIndex, Status: t.Status, AttemptsCount: t.AttemptsCount,
-			RequeuedCount: t.RequeuedCount, LastWorkerID: t.LastWorkerID, ErrorMessage: t.ErrorMessage,
+			RequeuedCount: t.RequeuedCount, QueueName: t.QueueName, LastWorkerID: t.LastWorkerID, ErrorMessage: t.ErrorMessage,
 			QueuedAt: t.QueuedAt, StartedAt: t.StartedAt, CompletedAt: t.CompletedAt, FailedAt: t.FailedAt,
 		}
 		if t.MessageID != nil {
@@ -720,19 +762,25 @@ func (s *Server) handleWorkers(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, "cannot read the flows", err)
 		return
 	}
+	// The flow of a worker is the flow whose tasks go to the worker's queue (compared in lower case).
 	byQueue := make(map[string]string, len(flows))
 	for _, f := range flows {
-		byQueue[strings.ToLower(f.FlowSlug)] = f.FlowSlug
-	}
-	for _, f := range flows {
-		byQueue[f.FlowSlug] = f.FlowSlug // an exact match wins
+		sq := make([]*string, len(f.Steps))
+		for i := range f.Steps {
+			sq[i] = f.Steps[i].QueueName
+		}
+		for _, q := range flowQueueNames(f.FlowSlug, sq) {
+			if _, taken := byQueue[q]; !taken {
+				byQueue[q] = f.FlowSlug
+			}
+		}
 	}
 	page := workersPage{
 		base: base{Title: "Workers", Nav: "workers", Now: time.Now()},
-		All:  all, Since: formatDur(since), Counts: map[string]int{},
+		All:  all, Since: "24 hours", Counts: map[string]int{},
 	}
 	for _, row := range rows {
-		v := workerView{WorkerRow: row, Status: workerStatus(row, s.cfg.StaleAfter), Flow: byQueue[row.QueueName]}
+		v := workerView{WorkerRow: row, Status: workerStatus(row, s.cfg.StaleAfter), Flow: byQueue[strings.ToLower(row.QueueName)]}
 		page.Counts[v.Status]++
 		page.Workers = append(page.Workers, v)
 	}

@@ -110,6 +110,8 @@ func TestFlowPage(t *testing.T) {
 	require.Contains(t, row, `if <code>{&#34;d&#34;: {&#34;ok&#34;: true}}</code>`)
 	require.Contains(t, row, `if not <code>{&#34;d&#34;: {&#34;blocked&#34;: true}}</code>`)
 	require.Contains(t, row, "skip-cascade")
+	require.Contains(t, row, "<td><code>diamond</code></td>", "the step's queue")
+	require.Contains(t, body, "queue <code>diamond</code>: 3 queued, 3 visible")
 
 	for _, id := range runs {
 		require.Contains(t, body, `href="/runs/`+id+`"`)
@@ -447,6 +449,7 @@ func TestRunAPIIdentifiersAreStrings(t *testing.T) {
 	require.IsType(t, "", task["message_id"])
 	require.Regexp(t, `^[0-9]+$`, task["message_id"])
 	require.Equal(t, testWorkerID, task["last_worker_id"])
+	require.Equal(t, "diamond", task["queue_name"])
 	require.Equal(t, "started", task["status"])
 
 	r = e.get("/api/runs/00000000-0000-4000-8000-000000000000")

@@ -59,6 +59,8 @@ func (p *pages) render(w io.Writer, name string, fragment bool, data any) error 
 var funcs = template.FuncMap{
 	"ts":       formatTS,
 	"tsp":      formatTSPtr,
+	"clock":    formatClock,
+	"addr":     func(t time.Time) *time.Time { return &t },
 	"dur":      formatDur,
 	"since":    func(from, to time.Time) string { return formatDur(to.Sub(from)) },
 	"sincep":   func(from, to *time.Time) string { return formatDur(to.Sub(*from)) },
@@ -80,6 +82,14 @@ func formatTS(t time.Time) string {
 		return ""
 	}
 	return t.UTC().Format("2006-01-02 15:04:05.000Z")
+}
+
+// formatClock prints the time of day only (UTC), for dense tables; pair it with formatTS in a title.
+func formatClock(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("15:04:05.000")
 }
 
 func formatTSPtr(t *time.Time) string {

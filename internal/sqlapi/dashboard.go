@@ -1,7 +1,8 @@
 package sqlapi
 
 // SQL of the web dashboard (internal/dashboard). Like the CLI reads, these are plain selects on the pgflow tables
-// and PGMQ's metrics functions: the dashboard's role needs select on them and never changes anything.
+// and PGMQ's metrics functions: the dashboard's role needs select on them and never changes anything. The
+// queue_name columns of schema v0.17.0 are read through to_jsonb(row), so the dashboard also works on v0.16.0.
 
 import (
 	"context"
@@ -38,6 +39,7 @@ select f.flow_slug, f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.creat
         'step_slug', s.step_slug,
         'step_type', s.step_type,
         'step_index', s.step_index,
+        'queue_name', to_jsonb(s) -> 'queue_name',
         'deps', coalesce((
           select jsonb_agg(d.dep_slug order by ds.step_index)
           from pgflow.deps as d
@@ -133,6 +135,7 @@ type DashStep struct {
 	ForbiddenInputPattern json.RawMessage
 	WhenUnmet             string
 	WhenExhausted         string
+	QueueName             *string // steps.queue_name (schema v0.17.0+); nil on older schemas
 }
 
 // DashFlowDetail is one flow with its full step definitions.
@@ -157,7 +160,8 @@ select s.step_slug, s.step_type, s.step_index,
         where d.flow_slug = s.flow_slug and d.step_slug = s.step_slug
         order by ds.step_index),
   s.opt_max_attempts, s.opt_base_delay, s.opt_timeout, s.opt_start_delay,
-  s.required_input_pattern, s.forbidden_input_pattern, s.when_unmet, s.when_exhausted
+  s.required_input_pattern, s.forbidden_input_pattern, s.when_unmet, s.when_exhausted,
+  to_jsonb(s) ->> 'queue_name'
 from pgflow.steps as s
 where s.flow_slug = $1::text
 order by s.step_index`
@@ -180,7 +184,7 @@ func DashFlowDefinition(ctx context.Context, db DBTX, flowSlug string) (*DashFlo
 		var s DashStep
 		var req, forb []byte
 		err := row.Scan(&s.StepSlug, &s.StepType, &s.StepIndex, &s.Deps, &s.MaxAttempts, &s.BaseDelay, &s.Timeout,
-			&s.StartDelay, &req, &forb, &s.WhenUnmet, &s.WhenExhausted)
+			&s.StartDelay, &req, &forb, &s.WhenUnmet, &s.WhenExhausted, &s.QueueName)
 		s.RequiredInputPattern, s.ForbiddenInputPattern = req, forb
 		return s, err
 	})
@@ -274,6 +278,7 @@ type DashTask struct {
 	Status        string // queued | started | completed | failed
 	AttemptsCount int
 	RequeuedCount int
+	QueueName     *string // step_tasks.queue_name (schema v0.17.0+), the queue of MessageID; nil on older schemas
 	MessageID     *int64
 	ErrorMessage  *string
 	LastWorkerID  *string
@@ -291,7 +296,8 @@ func (t DashTask) Truncated() bool {
 }
 
 const dashRunTasksSQL = `
-select t.step_slug, t.task_index, t.status, t.attempts_count, t.requeued_count, t.message_id, t.error_message,
+select t.step_slug, t.task_index, t.status, t.attempts_count, t.requeued_count, to_jsonb(t) ->> 'queue_name',
+  t.message_id, t.error_message,
   t.last_worker_id::text, t.queued_at, t.started_at, t.completed_at, t.failed_at,
   coalesce(length(t.output::text), 0), left(t.output::text, $3::int)
 from (
@@ -311,7 +317,7 @@ func DashRunTasks(ctx context.Context, db DBTX, runID string, perStep, outputCha
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (DashTask, error) {
 		var t DashTask
-		err := row.Scan(&t.StepSlug, &t.TaskIndex, &t.Status, &t.AttemptsCount, &t.RequeuedCount, &t.MessageID,
+		err := row.Scan(&t.StepSlug, &t.TaskIndex, &t.Status, &t.AttemptsCount, &t.RequeuedCount, &t.QueueName, &t.MessageID,
 			&t.ErrorMessage, &t.LastWorkerID, &t.QueuedAt, &t.StartedAt, &t.CompletedAt, &t.FailedAt,
 			&t.OutputChars, &t.Output)
 		return t, err
