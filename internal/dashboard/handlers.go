@@ -170,9 +170,9 @@ type stepOptions struct {
 
 type flowPage struct {
 	base
-	Flow  *sqlapi.DashFlowDetail
-	DAG   dagView
-	Steps []stepOptions
+	Flow   *sqlapi.DashFlowDetail
+	DAG    dagView
+	Steps  []stepOptions
 	Runs   []sqlapi.DashRun
 	Total  int64
 	Queues []queueView
