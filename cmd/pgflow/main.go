@@ -55,6 +55,7 @@ Start with 'pgflow demo' to see a flow run on a throwaway database.`,
 		newRunsCmd(opts),
 		newWorkersCmd(opts),
 		newDemoCmd(opts),
+		newDashboardCmd(opts),
 	)
 	return root
 }
