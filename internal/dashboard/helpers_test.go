@@ -30,7 +30,14 @@ type env struct {
 
 func newEnv(t *testing.T, cfg dashboard.Config) *env {
 	t.Helper()
+	return newEnvFor(t, func(*pgtest.DB) dashboard.Config { return cfg })
+}
+
+// newEnvFor is newEnv with a configuration that depends on the test's database.
+func newEnvFor(t *testing.T, config func(db *pgtest.DB) dashboard.Config) *env {
+	t.Helper()
 	db := pgtest.New(t)
+	cfg := config(db)
 	cfg.Pool = db.Pool
 	dash, err := dashboard.New(cfg)
 	require.NoError(t, err)

@@ -1,13 +1,16 @@
 package dashboard_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgflow-go/pgflow/internal/dashboard"
+	"github.com/pgflow-go/pgflow/internal/pgtest"
 )
 
 func TestEventsForOneRun(t *testing.T) {
@@ -98,12 +101,26 @@ func TestEventsBadRunID(t *testing.T) {
 // says "resync", so the page re-reads what it may have missed.
 func TestEventsResyncAfterReconnect(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, dashboard.Config{})
+	e := newEnvFor(t, func(db *pgtest.DB) dashboard.Config {
+		return dashboard.Config{Listen: func(ctx context.Context) (*pgx.Conn, error) {
+			cfg, err := pgx.ParseConfig(db.URL)
+			if err != nil {
+				return nil, err
+			}
+			cfg.RuntimeParams["application_name"] = "dashboard_listener"
+			return pgx.ConnectConfig(ctx, cfg)
+		}}
+	})
 	defineDiamond(t, e.db.Pool, "diamond")
 	s := e.openEvents("/events")
 	s.next(t, "resync")
-	e.exec(`select pg_terminate_backend(a.pid) from pg_stat_activity as a
-	        where a.datname = current_database() and a.query ilike 'listen%' and a.pid <> pg_backend_pid()`)
+	var killed int
+	require.NoError(t, e.db.Pool.QueryRow(context.Background(), `
+with l as materialized (
+  select a.pid from pg_stat_activity as a
+  where a.datname = current_database() and a.application_name = 'dashboard_listener')
+select count(*) filter (where pg_terminate_backend(l.pid)) from l`).Scan(&killed))
+	require.Equal(t, 1, killed)
 	s.next(t, "resync")
 	id := startRun(t, e.db.Pool, "diamond", `{}`)
 	var env map[string]any
