@@ -15,6 +15,7 @@ func TestDefinitionFunctionSignatures(t *testing.T) {
 	want := []string{
 		"_compare_flow_shapes(p_local jsonb, p_db jsonb) text[] stable",
 		"_create_flow_from_shape(p_flow_slug text, p_shape jsonb) void volatile",
+		"_default_queue_name(flow_slug text) text immutable parallel-safe",
 		"_get_flow_shape(p_flow_slug text) jsonb stable",
 		"add_step(flow_slug text, step_slug text, deps_slugs text[] DEFAULT '{}'::text[], " +
 			"max_attempts integer DEFAULT NULL::integer, base_delay integer DEFAULT NULL::integer, " +
@@ -42,7 +43,7 @@ func TestDefinitionFunctionSignatures(t *testing.T) {
 		         order by p.proname collate "C")
 		from pg_proc p
 		where p.pronamespace = 'pgflow'::regnamespace and p.proname = any($1)`,
-		[]string{"_compare_flow_shapes", "_create_flow_from_shape", "_get_flow_shape", "add_step",
+		[]string{"_compare_flow_shapes", "_create_flow_from_shape", "_default_queue_name", "_get_flow_shape", "add_step",
 			"calculate_retry_delay", "create_flow", "delete_flow_and_data", "ensure_flow_compiled", "heartbeat_worker",
 			"is_local", "is_valid_slug", "mark_worker_stopped", "register_worker", "track_worker_function"})
 	require.Equal(t, want, got, "exactly one overload of each, with these signatures")
