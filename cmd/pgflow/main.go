@@ -51,6 +51,7 @@ Start with 'pgflow demo' to see a flow run on a throwaway database.`,
 		"PostgreSQL connection URL (default: $DATABASE_URL)")
 	root.AddCommand(
 		newMigrateCmd(opts),
+		newSnippetCmd(),
 		newFlowsCmd(opts),
 		newRunsCmd(opts),
 		newWorkersCmd(opts),

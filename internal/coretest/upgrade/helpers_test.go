@@ -32,10 +32,11 @@ func newV016(t *testing.T) v016 {
 	return v016{DB: db, conn: conn}
 }
 
-// upgrade applies every pending migration, as `pgflow migrate up` does.
+// upgrade applies the v0.17.0 migration, as `pgflow migrate up --to v0.17.0` does (later migrations have
+// their own tests).
 func (d v016) upgrade(t *testing.T) (*schema.UpReport, error) {
 	t.Helper()
-	return schema.NewMigrator(d.conn).Up(fx.Ctx(t), "")
+	return schema.NewMigrator(d.conn).Up(fx.Ctx(t), "v0.17.0")
 }
 
 func (d v016) mustUpgrade(t *testing.T) {

@@ -1,0 +1,22 @@
+-- pgflow-go schema v0.18.0 (unreleased until listed in RELEASED): changes since v0.17.0.
+set local check_function_bodies = off;
+
+-- mark_worker_stopped: one timestamp for stopped_at, last_heartbeat_at and deprecated_at (three calls of
+-- clock_timestamp() could differ by microseconds).
+-- pgflow.mark_worker_stopped(worker_id) guarantees: the worker is recorded as gone after a graceful shutdown:
+-- stopped_at and last_heartbeat_at become one and the same clock_timestamp(), and deprecated_at is set to it too
+-- unless an operator set it earlier (so no keep-alive logic counts the worker as alive). An unknown worker_id
+-- changes nothing.
+create or replace function pgflow.mark_worker_stopped(worker_id uuid)
+returns void
+language sql
+volatile
+set search_path = ''
+as $$
+  update pgflow.workers as w
+  set stopped_at = c.ts,
+      last_heartbeat_at = c.ts,
+      deprecated_at = coalesce(w.deprecated_at, c.ts)
+  from (select clock_timestamp() as ts) as c
+  where w.worker_id = mark_worker_stopped.worker_id;
+$$;
