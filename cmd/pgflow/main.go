@@ -57,6 +57,7 @@ Start with 'pgflow demo' to see a flow run on a throwaway database.`,
 		newWorkersCmd(opts),
 		newDemoCmd(opts),
 		newDashboardCmd(opts),
+		newBenchCmd(opts),
 	)
 	return root
 }

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pgflow-go/pgflow/internal/bench"
+)
+
+func newBenchCmd(opts *globalOptions) *cobra.Command {
+	var (
+		cfg       bench.Config
+		scenarios string
+		asJSON    bool
+		noBar     bool
+		verbose   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure throughput, latency and database cost per task with the real Go worker",
+		Long: `Benchmark pgflow-go end to end: start runs, work them with real Go workers and report runs/s, tasks/s
+(steady state), start-to-completion latency (p50/p95/p99) and what each task costs the database (commits,
+WAL bytes, rows written).
+
+Every figure is also given as a ratio to a baseline measured in the same run: the machine's commit rate for
+one-row insert+update transactions with 2 clients. Machines are noisy; ratios measured together are what count.
+
+Without --database-url a throwaway PostgreSQL cluster is started with durability on (fsync, synchronous_commit
+and full_page_writes as in production) and removed at the end. With --database-url the schema is installed in
+the given database and the benchmark's flows (bench_*) are deleted and recreated there.
+
+Scenarios (--scenarios, comma separated; letters a-e also work):
+  start     bulk start of one-step runs (no worker)
+  one-step  (a) a flow with one step
+  chain     (b) three steps in a chain
+  diamond   (c) a -> b, c -> d
+  map       (d) one map step over 100 elements (--runs/100 runs: as many tasks as one-step)
+  latency   (e) one-step runs started at --rate runs/s; latency from the start call to the run:completed event
+  idle      what one idle worker with the default configuration costs the database per second
+
+Modes: burn-down starts --runs runs, then works them; continuous keeps a backlog for --warmup + --duration and
+measures the window after the warm-up. See docs/performance.md for the method.`,
+		Example: `  pgflow bench
+  pgflow bench --scenarios one-step,chain --runs 10000 --max-concurrent 500
+  pgflow bench --mode continuous --duration 20s --json > bench.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.DatabaseURL = opts.databaseURL
+			if strings.TrimSpace(scenarios) != "" {
+				cfg.Scenarios = strings.Split(scenarios, ",")
+			}
+			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			level := slog.LevelError
+			if verbose {
+				level = slog.LevelWarn
+			}
+			cfg.Logger = slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: level}))
+			var bar *progressBar
+			if !noBar && isTerminal(errOut) {
+				bar = &progressBar{w: errOut}
+				cfg.Progress = bar.update
+			}
+			rep, err := bench.Run(cmd.Context(), cfg)
+			if bar != nil {
+				bar.clear()
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return rep.WriteJSON(out)
+			}
+			return rep.WriteTable(out)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&scenarios, "scenarios", "", "scenarios to run, comma separated (default all): start, one-step, chain, diamond, map, latency, idle or a-e")
+	f.StringVar(&cfg.Mode, "mode", bench.ModeBurnDown, "burn-down or continuous")
+	f.IntVar(&cfg.Runs, "runs", bench.DefaultRuns, "runs per scenario in burn-down mode and for the start scenario")
+	f.DurationVar(&cfg.Duration, "duration", bench.DefaultDuration, "measured time per scenario in continuous mode")
+	f.DurationVar(&cfg.Warmup, "warmup", bench.DefaultWarmup, "warm-up excluded at the start of a continuous scenario")
+	f.IntVar(&cfg.Workers, "workers", bench.DefaultWorkers, "number of Go workers (each with its own connection pool)")
+	f.IntVar(&cfg.MaxConcurrent, "max-concurrent", bench.DefaultMaxConcurrent, "handlers running at once per worker (WorkerConfig.MaxConcurrent)")
+	f.IntVar(&cfg.BatchSize, "batch-size", bench.DefaultBatchSize, "messages read per poll (WorkerConfig.BatchSize)")
+	f.IntVar(&cfg.PoolSize, "pool-size", bench.DefaultPoolSize, "connections per worker pool")
+	f.IntVar(&cfg.StartBatch, "start-batch", bench.DefaultStartBatch, "runs started per call")
+	f.Float64Var(&cfg.Rate, "rate", bench.DefaultRate, "arrival rate of the latency scenario, runs per second")
+	f.DurationVar(&cfg.LatencyDuration, "latency-duration", bench.DefaultLatencyDuration, "length of the latency scenario")
+	f.DurationVar(&cfg.BaselineDuration, "baseline-duration", bench.DefaultBaselineDuration, "measured time of the baseline loop")
+	f.DurationVar(&cfg.IdleDuration, "idle-duration", bench.DefaultIdleDuration, "how long the idle scenario watches a worker")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.BoolVar(&noBar, "no-progress", false, "do not draw the progress bar (it is drawn on a terminal only)")
+	f.BoolVar(&verbose, "verbose", false, "show the workers' warnings")
+	return cmd
+}
+
+// progressBar redraws one line on a terminal: scenario, phase, a bar and the count.
+type progressBar struct {
+	mu    sync.Mutex
+	w     io.Writer
+	last  time.Time
+	width int
+}
+
+func (b *progressBar) update(p bench.Progress) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if time.Since(b.last) < 100*time.Millisecond && p.Done != p.Total {
+		return
+	}
+	b.last = time.Now()
+	const cells = 30
+	filled := 0
+	if p.Total > 0 {
+		filled = int(min(p.Done, p.Total) * cells / p.Total)
+	}
+	line := fmt.Sprintf("%-9s %-14s [%s%s] %d/%d %s", p.Scenario, p.Phase,
+		strings.Repeat("#", filled), strings.Repeat(".", cells-filled), p.Done, p.Total, p.Unit)
+	pad := max(0, b.width-len(line))
+	b.width = len(line)
+	fmt.Fprintf(b.w, "\r%s%s", line, strings.Repeat(" ", pad))
+}
+
+func (b *progressBar) clear() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.width > 0 {
+		fmt.Fprintf(b.w, "\r%s\r", strings.Repeat(" ", b.width))
+	}
+}

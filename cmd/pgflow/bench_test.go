@@ -1,0 +1,57 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgflow-go/pgflow/internal/bench"
+	"github.com/pgflow-go/pgflow/internal/pgtest"
+)
+
+var benchTinyArgs = []string{"bench", "--runs", "30", "--workers", "2", "--max-concurrent", "6", "--batch-size", "4",
+	"--pool-size", "3", "--start-batch", "8", "--rate", "40", "--latency-duration", "300ms", "--baseline-duration", "300ms",
+	"--idle-duration", "300ms"}
+
+func TestBenchJSONReportAddsUp(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	args := append([]string{"--database-url", db.URL}, benchTinyArgs...)
+	args = append(args, "--scenarios", "start,a,b,latency", "--json")
+	rep := decodeJSON[bench.Report](t, mustCLI(t, args...))
+
+	require.Positive(t, rep.Baseline.CommitsPerSec)
+	require.Equal(t, []string{"start", "one-step", "chain", "latency"}, rep.Config.Scenarios)
+	require.Len(t, rep.Results, 4)
+	perRun := map[string]int{"one-step": 1, "chain": 3, "latency": 1}
+	for _, r := range rep.Results {
+		if r.Scenario == "start" {
+			require.Equal(t, 30, r.Runs)
+			require.Equal(t, 30, r.RunsUnfinished, "started runs stay queued without a worker")
+			continue
+		}
+		require.Equal(t, r.Runs, r.RunsCompleted, r.Scenario)
+		require.Equal(t, r.Runs*perRun[r.Scenario], r.TasksCompleted, r.Scenario)
+		require.Zero(t, r.RunsFailed, r.Scenario)
+		require.Positive(t, r.TasksPerSec, r.Scenario)
+		require.InDelta(t, r.TasksPerSec/rep.Baseline.CommitsPerSec, r.Ratios.TasksPerSec, 1e-9, r.Scenario)
+	}
+	require.Equal(t, 30, rep.Results[1].Runs)
+	require.Equal(t, 12, rep.Results[3].Runs, "latency: rate × duration runs")
+}
+
+func TestBenchTableAndBadFlags(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	args := append([]string{"--database-url", db.URL}, benchTinyArgs...)
+	out := mustCLI(t, append(args, "--scenarios", "d", "--mode", "continuous", "--duration", "500ms", "--warmup", "200ms")...)
+	require.Contains(t, out, "baseline: 2 clients")
+	require.Contains(t, out, "map")
+	require.Contains(t, out, "continuous")
+	require.Contains(t, out, "fsync=off", "the table states the durability settings")
+
+	r := runCLI(t, "", "--database-url", db.URL, "bench", "--mode", "sideways")
+	require.ErrorContains(t, r.err, `Mode = "sideways"`)
+	r = runCLI(t, "", "--database-url", db.URL, "bench", "--scenarios", "z")
+	require.ErrorContains(t, r.err, `Scenarios = "z"`)
+}

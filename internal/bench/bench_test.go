@@ -1,0 +1,168 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgflow-go/pgflow/internal/pgtest"
+)
+
+// tinyConfig runs every scenario with sizes small enough for a test.
+func tinyConfig(url string) Config {
+	return Config{
+		DatabaseURL:      url,
+		Runs:             40,
+		Workers:          2,
+		MaxConcurrent:    8,
+		BatchSize:        5,
+		PoolSize:         4,
+		StartBatch:       7,
+		Rate:             40,
+		LatencyDuration:  500 * time.Millisecond,
+		BaselineDuration: 300 * time.Millisecond,
+		IdleDuration:     500 * time.Millisecond,
+		Duration:         time.Second,
+		Warmup:           300 * time.Millisecond,
+	}
+}
+
+var tasksPerRun = map[string]int{ScenarioOneStep: 1, ScenarioChain: 3, ScenarioDiamond: 4, ScenarioMap: MapElements, ScenarioLatency: 1}
+
+// checkReport requires the invariants every report must hold.
+func checkReport(t *testing.T, cfg Config, rep *Report) {
+	t.Helper()
+	b := rep.Baseline
+	require.Equal(t, BaselineClients, b.Clients)
+	require.Positive(t, b.Transactions)
+	require.Positive(t, b.CommitsPerSec)
+	// All benchmark connections are closed while the counters are read, so the baseline's rows are exact: one
+	// insert and one update per transaction.
+	require.InDelta(t, 2.0, b.RowsPerTx, 1e-9, "rows written per baseline transaction")
+	require.GreaterOrEqual(t, b.CommitsPerTx, 1.0)
+	require.Positive(t, b.WALBytesPerTx)
+
+	var names []string
+	for _, r := range rep.Results {
+		names = append(names, r.Scenario)
+		switch r.Scenario {
+		case ScenarioStart:
+			require.Equal(t, cfg.Runs, r.Runs)
+			require.Equal(t, cfg.Runs, r.RunsUnfinished, "every started run stays queued (no worker)")
+			require.Equal(t, "run", r.CostPer)
+			require.Positive(t, r.RunsPerSec)
+			require.Positive(t, r.CommitsPer)
+			require.Positive(t, r.RowsWrittenPer)
+			require.InDelta(t, r.RunsPerSec/b.CommitsPerSec, r.Ratios.RunsPerSec, 1e-9)
+		case ScenarioIdle:
+			require.Positive(t, r.Seconds)
+			require.GreaterOrEqual(t, r.IdleStatementsPerSec, 0.0)
+		default:
+			per := tasksPerRun[r.Scenario]
+			require.Equal(t, r.Runs*per, r.Tasks, "%s: tasks of the started runs", r.Scenario)
+			require.Zero(t, r.RunsFailed, "%s: no run may fail", r.Scenario)
+			if r.Mode == ModeContinuous {
+				require.Equal(t, r.Runs, r.RunsCompleted+r.RunsUnfinished, "%s: every started run is completed or still running", r.Scenario)
+				require.LessOrEqual(t, r.TasksCompleted, r.Tasks, "%s", r.Scenario)
+				require.GreaterOrEqual(t, r.TasksCompleted, r.RunsCompleted*per, "%s", r.Scenario)
+			} else {
+				require.Equal(t, r.Runs, r.RunsCompleted, "%s: all runs completed", r.Scenario)
+				require.Zero(t, r.RunsUnfinished, "%s", r.Scenario)
+				require.Equal(t, r.Tasks, r.TasksCompleted, "%s: all tasks completed", r.Scenario)
+			}
+			require.Positive(t, r.TasksPerSec, "%s", r.Scenario)
+			require.Positive(t, r.RunsPerSec, "%s", r.Scenario)
+			require.Equal(t, "task", r.CostPer)
+			// Every task is claimed and completed in some transaction, and writes at least its own row.
+			require.Positive(t, r.CommitsPer, "%s", r.Scenario)
+			require.GreaterOrEqual(t, r.RowsWrittenPer, 1.0, "%s", r.Scenario)
+			require.Positive(t, r.WALBytesPer, "%s", r.Scenario)
+			require.Positive(t, r.LatencyP50Ms, "%s", r.Scenario)
+			require.LessOrEqual(t, r.LatencyP50Ms, r.LatencyP95Ms, "%s", r.Scenario)
+			require.LessOrEqual(t, r.LatencyP95Ms, r.LatencyP99Ms, "%s", r.Scenario)
+			require.InDelta(t, r.TasksPerSec/b.CommitsPerSec, r.Ratios.TasksPerSec, 1e-9)
+			require.InDelta(t, r.CommitsPer/b.CommitsPerTx, r.Ratios.Commits, 1e-9)
+		}
+	}
+	require.Equal(t, cfg.Scenarios, names)
+
+	var table bytes.Buffer
+	require.NoError(t, rep.WriteTable(&table))
+	for _, n := range names {
+		require.Contains(t, table.String(), n)
+	}
+	var js bytes.Buffer
+	require.NoError(t, rep.WriteJSON(&js))
+	var back Report
+	require.NoError(t, json.Unmarshal(js.Bytes(), &back))
+	require.Equal(t, len(rep.Results), len(back.Results))
+}
+
+func TestBenchBurnDownAllScenarios(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	cfg := tinyConfig(db.URL)
+	var phases []Progress
+	cfg.Progress = func(p Progress) { phases = append(phases, p) }
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	require.NoError(t, err)
+	cfg, _ = cfg.resolve()
+	checkReport(t, cfg, rep)
+	require.NotEmpty(t, phases)
+	require.Contains(t, rep.Warnings, errNotDurable.Error(), "the test cluster runs without fsync and the report says so")
+}
+
+func TestBenchContinuous(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	cfg := tinyConfig(db.URL)
+	cfg.Mode = ModeContinuous
+	cfg.Scenarios = []string{"a", "d"}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	require.NoError(t, err)
+	cfg, _ = cfg.resolve()
+	require.Equal(t, []string{ScenarioOneStep, ScenarioMap}, cfg.Scenarios)
+	checkReport(t, cfg, rep)
+}
+
+func TestBenchConfigErrorsNameTheField(t *testing.T) {
+	t.Parallel()
+	_, err := Config{Mode: "sideways", Runs: -1, Scenarios: []string{"x"}}.resolve()
+	require.ErrorContains(t, err, `Mode = "sideways"`)
+	require.ErrorContains(t, err, "Runs = -1")
+	require.ErrorContains(t, err, `Scenarios = "x"`)
+}
+
+func TestPercentileAndRates(t *testing.T) {
+	t.Parallel()
+	var d []time.Duration
+	for i := 1; i <= 100; i++ {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	require.Equal(t, 50*time.Millisecond, percentile(d, 50))
+	require.Equal(t, 95*time.Millisecond, percentile(d, 95))
+	require.Equal(t, 99*time.Millisecond, percentile(d, 99))
+	require.Equal(t, time.Millisecond, percentile(d[:1], 99))
+
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var ts []time.Time
+	for i := range 101 {
+		ts = append(ts, base.Add(time.Duration(i)*10*time.Millisecond)) // 100 events per second
+	}
+	require.InDelta(t, 100, steadyRate(ts), 1e-6)
+	require.InDelta(t, 100, windowRate(ts, base, base.Add(500*time.Millisecond)), 1e-6)
+
+	lsn, err := parseLSN("16/B374D848")
+	require.NoError(t, err)
+	require.Equal(t, uint64(0x16)<<32|0xB374D848, lsn)
+	_, err = parseLSN("nonsense")
+	require.ErrorContains(t, err, `"nonsense"`)
+}

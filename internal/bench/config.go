@@ -1,0 +1,183 @@
+// Package bench measures pgflow-go end to end with the real Go worker: throughput (runs/s, tasks/s in the steady
+// state), start-to-completion latency, and the database's cost per task (commits, WAL bytes, rows written),
+// each also as a ratio to a baseline measured in the same run: the machine's commit rate for one-row
+// insert+update transactions with two clients. `pgflow bench` and the Go benchmarks in the root package use it.
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Scenario names.
+const (
+	ScenarioOneStep = "one-step" // (a) one single step per run
+	ScenarioChain   = "chain"    // (b) three single steps in a chain
+	ScenarioDiamond = "diamond"  // (c) a → b, c → d
+	ScenarioMap     = "map"      // (d) one root map step over 100 elements
+	ScenarioLatency = "latency"  // (e) one-step runs started at a low fixed rate
+	ScenarioStart   = "start"    // bulk start of one-step runs (no worker)
+	ScenarioIdle    = "idle"     // an idle worker's statements per second
+)
+
+// AllScenarios lists every scenario in the order they run.
+var AllScenarios = []string{ScenarioStart, ScenarioOneStep, ScenarioChain, ScenarioDiamond, ScenarioMap, ScenarioLatency, ScenarioIdle}
+
+// scenarioLetters maps the issue's letters to scenario names.
+var scenarioLetters = map[string]string{"a": ScenarioOneStep, "b": ScenarioChain, "c": ScenarioDiamond, "d": ScenarioMap, "e": ScenarioLatency}
+
+// Modes of the throughput scenarios.
+const (
+	ModeBurnDown   = "burn-down"  // start all runs first, then work them
+	ModeContinuous = "continuous" // keep a backlog of runs for a fixed duration
+)
+
+// MapElements is the size of the map scenario's input array.
+const MapElements = 100
+
+// Config is what one benchmark does. The zero value of a field means its default (see Defaults).
+type Config struct {
+	// DatabaseURL names the database to benchmark in. Empty starts a throwaway cluster with durability on
+	// (fsync, synchronous_commit and full_page_writes as in production).
+	DatabaseURL string
+	// Scenarios to run, by name or by the issue's letter (a-e). Empty means all.
+	Scenarios []string
+	// Mode is ModeBurnDown or ModeContinuous (throughput scenarios one-step, chain, diamond, map).
+	Mode string
+	// Runs is the number of runs per throughput scenario in burn-down mode and per bulk start scenario. The map
+	// scenario starts Runs/MapElements runs (at least 2): the same number of tasks as the one-step scenario.
+	Runs int
+	// Duration is the measured time per throughput scenario in continuous mode, after Warmup.
+	Duration time.Duration
+	// Warmup is the time excluded at the beginning of a continuous scenario.
+	Warmup time.Duration
+	// Workers is the number of Go workers (each a pgflow.Worker with its own pool) working a scenario.
+	Workers int
+	// MaxConcurrent and BatchSize configure each worker (WorkerConfig fields of the same name).
+	MaxConcurrent int
+	BatchSize     int
+	// PoolSize is the maximum number of connections of each worker's pool.
+	PoolSize int
+	// StartBatch is the number of runs started per call when starting runs.
+	StartBatch int
+	// Rate is the arrival rate of the latency scenario in runs per second; LatencyDuration its length.
+	Rate            float64
+	LatencyDuration time.Duration
+	// BaselineDuration is how long the baseline transaction loop is measured (after a short warm-up).
+	BaselineDuration time.Duration
+	// IdleDuration is how long the idle scenario watches a worker with nothing to do.
+	IdleDuration time.Duration
+	// Logger receives the workers' warnings and errors. Default: discarded.
+	Logger *slog.Logger
+	// Progress, when set, is called with the progress of the running phase (a few times per second).
+	Progress func(Progress)
+}
+
+// Progress describes the running phase.
+type Progress struct {
+	Scenario string
+	Phase    string // "baseline", "starting runs", "working", "arrivals", "idle"
+	Done     int64  // units finished (runs, or seconds for timed phases)
+	Total    int64  // units expected (0 when unknown)
+	Unit     string // "runs", "s"
+}
+
+// Defaults of Config.
+const (
+	DefaultRuns             = 3000
+	DefaultDuration         = 10 * time.Second
+	DefaultWarmup           = 2 * time.Second
+	DefaultWorkers          = 1
+	DefaultMaxConcurrent    = 200
+	DefaultBatchSize        = 200
+	DefaultPoolSize         = 8
+	DefaultStartBatch       = 500
+	DefaultRate             = 20
+	DefaultLatencyDuration  = 5 * time.Second
+	DefaultBaselineDuration = 5 * time.Second
+	DefaultIdleDuration     = 10 * time.Second
+)
+
+// resolve applies defaults and validates c; errors name the bad field and value.
+func (c Config) resolve() (Config, error) {
+	var errs []error
+	bad := func(field string, v any, rule string) {
+		errs = append(errs, fmt.Errorf("bench: %s = %v: %s", field, v, rule))
+	}
+	intDefault := func(field string, v *int, def int) {
+		switch {
+		case *v < 0:
+			bad(field, *v, "must be positive (0 means the default)")
+		case *v == 0:
+			*v = def
+		}
+	}
+	durDefault := func(field string, v *time.Duration, def time.Duration) {
+		switch {
+		case *v < 0:
+			bad(field, *v, "must be positive (0 means the default)")
+		case *v == 0:
+			*v = def
+		}
+	}
+	intDefault("Runs", &c.Runs, DefaultRuns)
+	intDefault("Workers", &c.Workers, DefaultWorkers)
+	intDefault("MaxConcurrent", &c.MaxConcurrent, DefaultMaxConcurrent)
+	intDefault("BatchSize", &c.BatchSize, DefaultBatchSize)
+	intDefault("PoolSize", &c.PoolSize, DefaultPoolSize)
+	intDefault("StartBatch", &c.StartBatch, DefaultStartBatch)
+	durDefault("Duration", &c.Duration, DefaultDuration)
+	durDefault("Warmup", &c.Warmup, DefaultWarmup)
+	durDefault("LatencyDuration", &c.LatencyDuration, DefaultLatencyDuration)
+	durDefault("BaselineDuration", &c.BaselineDuration, DefaultBaselineDuration)
+	durDefault("IdleDuration", &c.IdleDuration, DefaultIdleDuration)
+	switch {
+	case c.Rate < 0:
+		bad("Rate", c.Rate, "must be positive (0 means the default)")
+	case c.Rate == 0:
+		c.Rate = DefaultRate
+	}
+	switch c.Mode {
+	case "":
+		c.Mode = ModeBurnDown
+	case ModeBurnDown, ModeContinuous:
+	default:
+		bad("Mode", fmt.Sprintf("%q", c.Mode), fmt.Sprintf("must be %q or %q", ModeBurnDown, ModeContinuous))
+	}
+	if len(c.Scenarios) == 0 {
+		c.Scenarios = AllScenarios
+	} else {
+		want := map[string]bool{}
+		for _, s := range c.Scenarios {
+			s = strings.ToLower(strings.TrimSpace(s))
+			if n, ok := scenarioLetters[s]; ok {
+				s = n
+			}
+			known := false
+			for _, k := range AllScenarios {
+				known = known || k == s
+			}
+			if !known {
+				bad("Scenarios", fmt.Sprintf("%q", s), "unknown scenario; known: a-e or "+strings.Join(AllScenarios, ", "))
+				continue
+			}
+			want[s] = true
+		}
+		c.Scenarios = nil
+		for _, k := range AllScenarios { // always in the canonical order
+			if want[k] {
+				c.Scenarios = append(c.Scenarios, k)
+			}
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	return c, nil
+}

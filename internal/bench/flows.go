@@ -1,0 +1,67 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/pgflow-go/pgflow"
+)
+
+// benchFlow is a scenario's flow: its definition, its input and how many tasks one run has.
+type benchFlow struct {
+	flow        pgflow.AnyFlow
+	slug        string
+	input       json.RawMessage
+	tasksPerRun int
+}
+
+type empty struct{}
+
+// noop is the handler of every benchmark step: it does no work, so the figures measure the engine.
+func noop(context.Context, *pgflow.Task[json.RawMessage]) (empty, error) { return empty{}, nil }
+
+// flowFor returns a fresh definition of the flow a scenario works (definitions are frozen by workers, so every
+// use builds its own).
+func flowFor(scenario string) (*benchFlow, error) {
+	slug := "bench_" + strings.ReplaceAll(scenario, "-", "_")
+	f := pgflow.NewFlow[json.RawMessage](slug, pgflow.MaxAttempts(3), pgflow.Timeout(time.Minute))
+	bf := &benchFlow{flow: f, slug: slug, input: json.RawMessage(`{}`)}
+	switch scenario {
+	case ScenarioOneStep, ScenarioLatency, ScenarioStart, ScenarioIdle:
+		pgflow.Step(f, "work", noop)
+		bf.tasksPerRun = 1
+	case ScenarioChain:
+		s1 := pgflow.Step(f, "first", noop)
+		s2 := pgflow.Step(f, "second", noop, pgflow.DependsOn(s1))
+		pgflow.Step(f, "third", noop, pgflow.DependsOn(s2))
+		bf.tasksPerRun = 3
+	case ScenarioDiamond:
+		a := pgflow.Step(f, "a", noop)
+		b := pgflow.Step(f, "b", noop, pgflow.DependsOn(a))
+		c := pgflow.Step(f, "c", noop, pgflow.DependsOn(a))
+		pgflow.Step(f, "d", noop, pgflow.DependsOn(b, c))
+		bf.tasksPerRun = 4
+	case ScenarioMap:
+		items := make([]json.RawMessage, MapElements)
+		for i := range items {
+			items[i] = json.RawMessage(fmt.Sprint(i))
+		}
+		raw, _ := json.Marshal(items)
+		bf.input = raw
+		mf := pgflow.NewFlow[[]json.RawMessage](slug, pgflow.MaxAttempts(3), pgflow.Timeout(time.Minute))
+		pgflow.MapInput(mf, "each", func(_ context.Context, _ *pgflow.Task[[]json.RawMessage], item json.RawMessage) (json.RawMessage, error) {
+			return item, nil
+		})
+		bf.flow = mf
+		bf.tasksPerRun = MapElements
+	default:
+		return nil, fmt.Errorf("bench: no flow for scenario %q", scenario)
+	}
+	if err := bf.flow.Err(); err != nil {
+		return nil, fmt.Errorf("bench: flow %q: %w", slug, err)
+	}
+	return bf, nil
+}

@@ -1,0 +1,260 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is the outcome of one benchmark.
+type Report struct {
+	Started  time.Time     `json:"started"`
+	Finished time.Time     `json:"finished"`
+	Machine  Machine       `json:"machine"`
+	Config   ConfigSummary `json:"config"`
+	Baseline Baseline      `json:"baseline"`
+	Results  []Result      `json:"results"`
+	Warnings []string      `json:"warnings,omitempty"`
+}
+
+// ConfigSummary is the configuration a report was measured with.
+type ConfigSummary struct {
+	Mode             string   `json:"mode"`
+	Scenarios        []string `json:"scenarios"`
+	Runs             int      `json:"runs"`
+	DurationSeconds  float64  `json:"duration_seconds,omitempty"`
+	WarmupSeconds    float64  `json:"warmup_seconds,omitempty"`
+	Workers          int      `json:"workers"`
+	MaxConcurrent    int      `json:"max_concurrent"`
+	BatchSize        int      `json:"batch_size"`
+	PoolSize         int      `json:"pool_size"`
+	StartBatch       int      `json:"start_batch"`
+	Rate             float64  `json:"latency_rate"`
+	BaselineSeconds  float64  `json:"baseline_seconds"`
+	ThrowawayCluster bool     `json:"throwaway_cluster"`
+}
+
+func summarize(c Config) ConfigSummary {
+	s := ConfigSummary{Mode: c.Mode, Scenarios: c.Scenarios, Runs: c.Runs, Workers: c.Workers, MaxConcurrent: c.MaxConcurrent,
+		BatchSize: c.BatchSize, PoolSize: c.PoolSize, StartBatch: c.StartBatch, Rate: c.Rate,
+		BaselineSeconds: c.BaselineDuration.Seconds(), ThrowawayCluster: c.DatabaseURL == ""}
+	if c.Mode == ModeContinuous {
+		s.DurationSeconds, s.WarmupSeconds = c.Duration.Seconds(), c.Warmup.Seconds()
+	}
+	return s
+}
+
+// Result is the outcome of one scenario. Costs are per task (per run for the start scenario); ratios divide a
+// figure by the same figure of the baseline transaction (rates by the baseline's commits per second).
+type Result struct {
+	Scenario      string `json:"scenario"`
+	Mode          string `json:"mode"`
+	Workers       int    `json:"workers,omitempty"`
+	MaxConcurrent int    `json:"max_concurrent,omitempty"`
+	BatchSize     int    `json:"batch_size,omitempty"`
+	StartBatch    int    `json:"start_batch,omitempty"`
+
+	Runs           int     `json:"runs"`            // runs started
+	Tasks          int     `json:"tasks"`           // tasks those runs have
+	RunsCompleted  int     `json:"runs_completed"`  // runs completed (all of them in burn-down)
+	TasksCompleted int     `json:"tasks_completed"` // tasks completed
+	RunsFailed     int     `json:"runs_failed"`
+	RunsUnfinished int     `json:"runs_unfinished"` // still 'started' at the end (continuous backlog, start scenario)
+	Seconds        float64 `json:"seconds"`         // working time (burn-down) or measured window (continuous)
+
+	RunsPerSec    float64 `json:"runs_per_sec"`
+	TasksPerSec   float64 `json:"tasks_per_sec"`
+	LatencyP50Ms  float64 `json:"latency_p50_ms"`
+	LatencyP95Ms  float64 `json:"latency_p95_ms"`
+	LatencyP99Ms  float64 `json:"latency_p99_ms"`
+	LatencySource string  `json:"latency_source,omitempty"`
+
+	CostPer         string  `json:"cost_per,omitempty"` // "task" or "run"
+	CommitsPer      float64 `json:"commits_per"`
+	WALBytesPer     float64 `json:"wal_bytes_per"`
+	RowsWrittenPer  float64 `json:"rows_written_per"`
+	TotalCommits    int64   `json:"total_commits"`
+	TotalWALBytes   int64   `json:"total_wal_bytes"`
+	TotalRowsWriten int64   `json:"total_rows_written"`
+
+	IdleStatementsPerSec float64 `json:"idle_statements_per_sec,omitempty"`
+	IdleWALBytesPerSec   float64 `json:"idle_wal_bytes_per_sec,omitempty"`
+
+	Ratios Ratios `json:"ratios"`
+}
+
+// Ratios are a result's figures divided by the baseline's.
+type Ratios struct {
+	RunsPerSec   float64 `json:"runs_per_sec"`    // runs/s ÷ baseline commits/s
+	TasksPerSec  float64 `json:"tasks_per_sec"`   // tasks/s ÷ baseline commits/s
+	LatencyP50   float64 `json:"latency_p50"`     // ÷ the baseline transaction's mean latency
+	LatencyP95   float64 `json:"latency_p95"`     //
+	LatencyP99   float64 `json:"latency_p99"`     //
+	Commits      float64 `json:"commits"`         // commits per task ÷ commits per baseline transaction
+	WALBytes     float64 `json:"wal_bytes"`       // WAL bytes per task ÷ WAL bytes per baseline transaction
+	RowsWritten  float64 `json:"rows_written"`    // rows per task ÷ rows per baseline transaction
+	IdleRequests float64 `json:"idle_statements"` // idle statements/s ÷ baseline commits/s
+}
+
+func (r *Result) setCost(d delta) {
+	r.CostPer = "task"
+	n := r.TasksCompleted
+	if n == 0 {
+		return
+	}
+	r.setTotals(d, n)
+}
+
+func (r *Result) setCostPerRun(d delta) {
+	r.CostPer = "run"
+	if r.Runs == 0 {
+		return
+	}
+	r.setTotals(d, r.Runs)
+}
+
+func (r *Result) setTotals(d delta, n int) {
+	r.TotalCommits, r.TotalWALBytes, r.TotalRowsWriten = d.commits, d.walBytes, d.rows
+	r.CommitsPer = float64(d.commits) / float64(n)
+	r.WALBytesPer = float64(d.walBytes) / float64(n)
+	r.RowsWrittenPer = float64(d.rows) / float64(n)
+}
+
+func (r *Result) setLatency(lat []time.Duration, source string) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	r.LatencyP50Ms = ms(percentile(lat, 50))
+	r.LatencyP95Ms = ms(percentile(lat, 95))
+	r.LatencyP99Ms = ms(percentile(lat, 99))
+	r.LatencySource = source
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// percentile is the nearest-rank percentile of sorted durations.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
+	return sorted[min(max(rank, 1), len(sorted))-1]
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func (r *Result) ratios(b Baseline) {
+	r.Ratios = Ratios{
+		RunsPerSec:   ratio(r.RunsPerSec, b.CommitsPerSec),
+		TasksPerSec:  ratio(r.TasksPerSec, b.CommitsPerSec),
+		LatencyP50:   ratio(r.LatencyP50Ms, b.LatencyMs),
+		LatencyP95:   ratio(r.LatencyP95Ms, b.LatencyMs),
+		LatencyP99:   ratio(r.LatencyP99Ms, b.LatencyMs),
+		Commits:      ratio(r.CommitsPer, b.CommitsPerTx),
+		WALBytes:     ratio(r.WALBytesPer, b.WALBytesPerTx),
+		RowsWritten:  ratio(r.RowsWrittenPer, b.RowsPerTx),
+		IdleRequests: ratio(r.IdleStatementsPerSec, b.CommitsPerSec),
+	}
+}
+
+// WriteJSON writes the report as indented JSON.
+func (rep *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+// WriteTable writes the report as text tables: the machine and baseline, then one row per scenario with every
+// figure followed by its ratio to the baseline in brackets.
+func (rep *Report) WriteTable(w io.Writer) error {
+	m := rep.Machine
+	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, GOMAXPROCS %d; PostgreSQL %s (%s), PGMQ %s\n", m.CPUs, m.CPUModel, m.GoVersion,
+		m.GOMAXPROCS, m.ServerVersion, map[bool]string{true: "throwaway cluster", false: "given database"}[m.Throwaway], m.PGMQ)
+	fmt.Fprintf(w, "settings: fsync=%s synchronous_commit=%s full_page_writes=%s wal_sync_method=%s shared_buffers=%s\n",
+		m.Settings["fsync"], m.Settings["synchronous_commit"], m.Settings["full_page_writes"], m.Settings["wal_sync_method"], m.Settings["shared_buffers"])
+	c := rep.Config
+	fmt.Fprintf(w, "config: mode=%s runs=%d workers=%d max_concurrent=%d batch_size=%d pool_size=%d start_batch=%d",
+		c.Mode, c.Runs, c.Workers, c.MaxConcurrent, c.BatchSize, c.PoolSize, c.StartBatch)
+	if c.Mode == ModeContinuous {
+		fmt.Fprintf(w, " duration=%gs warmup=%gs", c.DurationSeconds, c.WarmupSeconds)
+	}
+	fmt.Fprintln(w)
+	b := rep.Baseline
+	fmt.Fprintf(w, "baseline: %d clients, one-row insert+update per transaction: %.0f commits/s, %.2f ms/tx, %.0f WAL bytes/tx, %.1f rows/tx (%d tx in %.1fs)\n\n",
+		b.Clients, b.CommitsPerSec, b.LatencyMs, b.WALBytesPerTx, b.RowsPerTx, b.Transactions, b.Seconds)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tmode\truns\ttasks\truns/s (×base)\ttasks/s (×base)\tp50 ms\tp95 ms\tp99 ms (×base)\tcommits/task (×base)\tWAL B/task (×base)\trows/task (×base)\t")
+	for _, r := range rep.Results {
+		if r.Scenario == ScenarioIdle {
+			continue
+		}
+		per := "task"
+		if r.CostPer == "run" {
+			per = "run"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			r.Scenario, r.Mode, r.Runs, r.Tasks,
+			withRatio(r.RunsPerSec, r.Ratios.RunsPerSec, 0),
+			withRatio(r.TasksPerSec, r.Ratios.TasksPerSec, 0),
+			num(r.LatencyP50Ms, 1), num(r.LatencyP95Ms, 1),
+			withRatio(r.LatencyP99Ms, r.Ratios.LatencyP99, 1),
+			withRatio(r.CommitsPer, r.Ratios.Commits, 2)+perSuffix(per),
+			withRatio(r.WALBytesPer, r.Ratios.WALBytes, 0)+perSuffix(per),
+			withRatio(r.RowsWrittenPer, r.Ratios.RowsWritten, 1)+perSuffix(per))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range rep.Results {
+		if r.Scenario == ScenarioIdle {
+			fmt.Fprintf(w, "\nidle worker (%s): %.2f statements/s (×base %.5f), %.0f WAL bytes/s over %.1fs\n",
+				r.Mode, r.IdleStatementsPerSec, r.Ratios.IdleRequests, r.IdleWALBytesPerSec, r.Seconds)
+		}
+	}
+	var notes []string
+	for _, r := range rep.Results {
+		if r.RunsFailed > 0 {
+			notes = append(notes, fmt.Sprintf("%s: %d runs failed", r.Scenario, r.RunsFailed))
+		}
+		if r.LatencySource != "" && r.Scenario == ScenarioLatency {
+			notes = append(notes, fmt.Sprintf("%s: latency measured by the %s", r.Scenario, r.LatencySource))
+		}
+	}
+	for _, n := range append(notes, rep.Warnings...) {
+		fmt.Fprintln(w, "note:", n)
+	}
+	return nil
+}
+
+func perSuffix(per string) string {
+	if per == "run" {
+		return " /run"
+	}
+	return ""
+}
+
+func num(v float64, prec int) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.*f", prec, v)
+}
+
+func withRatio(v, r float64, prec int) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.*f (%s)", prec, v, strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", r), "0"), "."))
+}

@@ -1,0 +1,719 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgflow-go/pgflow"
+)
+
+// Run runs the benchmark described by cfg and returns its report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	e, err := openEnv(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	return e.run(ctx, cfg)
+}
+
+func (e *env) run(ctx context.Context, cfg Config) (*Report, error) {
+	rep := &Report{Started: time.Now(), Config: summarize(cfg)}
+	m, err := e.machine(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep.Machine = m
+	if !m.durable() {
+		rep.Warnings = append(rep.Warnings, errNotDurable.Error())
+	}
+	progress := func(scenario string) func(Progress) {
+		return func(p Progress) {
+			if cfg.Progress != nil {
+				p.Scenario = scenario
+				cfg.Progress(p)
+			}
+		}
+	}
+	rep.Baseline, err = e.runBaseline(ctx, cfg.BaselineDuration, progress("baseline"))
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range cfg.Scenarios {
+		var res *Result
+		var err error
+		switch name {
+		case ScenarioStart:
+			res, err = e.runStart(ctx, cfg, progress(name))
+		case ScenarioLatency:
+			res, err = e.runLatency(ctx, cfg, progress(name))
+		case ScenarioIdle:
+			res, err = e.runIdle(ctx, cfg, progress(name))
+		default:
+			res, err = e.runThroughput(ctx, cfg, name, progress(name))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("bench: scenario %s: %w", name, err)
+		}
+		res.ratios(rep.Baseline)
+		rep.Results = append(rep.Results, *res)
+	}
+	rep.Finished = time.Now()
+	return rep, nil
+}
+
+// prepareFlow removes the scenario's flow with all its data (a previous benchmark in the same database) and
+// compiles it afresh.
+func (e *env) prepareFlow(ctx context.Context, bf *benchFlow) error {
+	stmts, err := bf.flow.CompileSQL()
+	if err != nil {
+		return fmt.Errorf("compile flow %q: %w", bf.slug, err)
+	}
+	return pgx.BeginFunc(ctx, e.mon, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `select pgflow.delete_flow_and_data($1::text)`, bf.slug); err != nil {
+			return fmt.Errorf("delete flow %q: %w", bf.slug, err)
+		}
+		for _, s := range stmts {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return fmt.Errorf("compile flow %q: %w", bf.slug, err)
+			}
+		}
+		return nil
+	})
+}
+
+// workerSet is the workers of one scenario, each with its own pool.
+type workerSet struct {
+	pools  []*pgxpool.Pool
+	cancel context.CancelFunc
+	done   chan error
+	n      int
+}
+
+// startWorkers starts n workers for a fresh definition of the scenario's flow and waits until they have
+// registered.
+func (e *env) startWorkers(ctx context.Context, cfg Config, scenario string, n int, wcfg pgflow.WorkerConfig) (*workerSet, error) {
+	ws := &workerSet{done: make(chan error, n), n: n}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ws.cancel = cancel
+	var ids []string
+	for i := range n {
+		bf, err := flowFor(scenario)
+		if err != nil {
+			ws.stop()
+			return nil, err
+		}
+		pool, err := newPool(ctx, e.url, fmt.Sprintf("%s-%d", workerApp, i), cfg.PoolSize)
+		if err != nil {
+			ws.stop()
+			return nil, err
+		}
+		ws.pools = append(ws.pools, pool)
+		wcfg.Logger = cfg.Logger
+		w, err := pgflow.NewWorker(pool, bf.flow, wcfg)
+		if err != nil {
+			ws.stop()
+			return nil, err
+		}
+		ids = append(ids, w.ID())
+		go func() { ws.done <- w.Run(wctx) }()
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var live int
+		e.monQueries.Add(1)
+		if err := e.mon.QueryRow(ctx, `select count(*) from pgflow.workers as w where w.worker_id = any ($1::uuid[]) and w.stopped_at is null`, ids).Scan(&live); err != nil {
+			ws.stop()
+			return nil, fmt.Errorf("wait for the workers to register: %w", err)
+		}
+		if live == n {
+			return ws, nil
+		}
+		select {
+		case err := <-ws.done:
+			ws.n--
+			ws.stop()
+			return nil, fmt.Errorf("a worker stopped during startup: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			ws.stop()
+			return nil, errors.New("the workers did not register within 60 s")
+		}
+	}
+}
+
+// stop shuts the workers down gracefully and closes their pools.
+func (ws *workerSet) stop() error {
+	ws.cancel()
+	var errs []error
+	for range ws.n {
+		if err := <-ws.done; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	ws.n = 0
+	for _, p := range ws.pools {
+		p.Close()
+	}
+	ws.pools = nil
+	return errors.Join(errs...)
+}
+
+func workerConfig(cfg Config) pgflow.WorkerConfig {
+	return pgflow.WorkerConfig{
+		MaxConcurrent:     cfg.MaxConcurrent,
+		BatchSize:         cfg.BatchSize,
+		MaxPollWait:       time.Second,
+		PollInterval:      10 * time.Millisecond,
+		HeartbeatInterval: 5 * time.Second,
+		ShutdownTimeout:   30 * time.Second,
+	}
+}
+
+// startRuns starts n runs of the flow in calls of up to batch runs each (each call is one transaction) and
+// returns the client-side start time of every run, in order.
+func startRuns(ctx context.Context, db *pgxpool.Pool, bf *benchFlow, n, batch int, tick func(done int)) error {
+	for done := 0; done < n; {
+		k := min(batch, n-done)
+		if err := startBatch(ctx, db, bf, k); err != nil {
+			return err
+		}
+		done += k
+		if tick != nil {
+			tick(done)
+		}
+	}
+	return nil
+}
+
+// startBatch starts k runs in one transaction.
+func startBatch(ctx context.Context, db *pgxpool.Pool, bf *benchFlow, k int) error {
+	var b pgx.Batch
+	for range k {
+		b.Queue(`select from pgflow.start_flow(flow_slug => $1::text, input => $2::jsonb)`, bf.slug, string(bf.input))
+	}
+	if err := db.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("start %d runs of %q: %w", k, bf.slug, err)
+	}
+	return nil
+}
+
+// runCounts reads how many runs of the flow are completed and failed.
+func (e *env) runCounts(ctx context.Context, slug string) (completed, failed int64, err error) {
+	err = e.mon.QueryRow(ctx, `select count(*) filter (where r.status = 'completed'), count(*) filter (where r.status = 'failed')
+		from pgflow.runs as r where r.flow_slug = $1::text`, slug).Scan(&completed, &failed)
+	e.monQueries.Add(1)
+	return completed, failed, err
+}
+
+// waitRuns waits until total runs of the flow have finished, reporting progress.
+func (e *env) waitRuns(ctx context.Context, slug string, total int64, ws *workerSet, tick func(done int64)) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		c, f, err := e.runCounts(ctx, slug)
+		if err != nil {
+			return err
+		}
+		if tick != nil {
+			tick(c + f)
+		}
+		if c+f >= total {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-ws.done:
+			ws.n--
+			return fmt.Errorf("a worker stopped while runs were pending: %v", err)
+		case <-t.C:
+		}
+	}
+}
+
+// measureCost brackets fn with exact counter snapshots: every benchmark connection is closed before each read.
+func (e *env) measureCost(ctx context.Context, fn func() error) (delta, error) {
+	if err := e.flushStats(ctx); err != nil {
+		return delta{}, err
+	}
+	before, err := e.snapshot(ctx)
+	if err != nil {
+		return delta{}, err
+	}
+	e.monQueries.Store(0)
+	if err := fn(); err != nil {
+		return delta{}, err
+	}
+	if err := e.flushStats(ctx); err != nil {
+		return delta{}, err
+	}
+	after, err := e.snapshot(ctx)
+	if err != nil {
+		return delta{}, err
+	}
+	d := before.to(after)
+	d.commits -= e.monQueries.Load() + 1 // the monitor's own polls and the first snapshot's read
+	return d, nil
+}
+
+// runThroughput runs a throughput scenario (one-step, chain, diamond, map) in the configured mode.
+func (e *env) runThroughput(ctx context.Context, cfg Config, name string, progress func(Progress)) (*Result, error) {
+	if cfg.Mode == ModeContinuous {
+		return e.runContinuous(ctx, cfg, name, progress)
+	}
+	bf, err := flowFor(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.prepareFlow(ctx, bf); err != nil {
+		return nil, err
+	}
+	runs := cfg.Runs
+	if name == ScenarioMap {
+		runs = max(2, cfg.Runs/MapElements)
+	}
+	res := &Result{Scenario: name, Mode: ModeBurnDown, Runs: runs, Tasks: runs * bf.tasksPerRun, Workers: cfg.Workers,
+		MaxConcurrent: cfg.MaxConcurrent, BatchSize: cfg.BatchSize}
+	if err := startRuns(ctx, e.mon, bf, runs, cfg.StartBatch, func(done int) {
+		progress(Progress{Phase: "starting runs", Done: int64(done), Total: int64(runs), Unit: "runs"})
+	}); err != nil {
+		return nil, err
+	}
+	var elapsed time.Duration
+	cost, err := e.measureCost(ctx, func() error {
+		ws, err := e.startWorkers(ctx, cfg, name, cfg.Workers, workerConfig(cfg))
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		werr := e.waitRuns(ctx, bf.slug, int64(runs), ws, func(done int64) {
+			progress(Progress{Phase: "working", Done: done, Total: int64(runs), Unit: "runs"})
+		})
+		elapsed = time.Since(start)
+		return errors.Join(werr, ws.stop())
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.Seconds = elapsed.Seconds()
+	if err := e.collect(ctx, bf, res, time.Time{}, time.Time{}); err != nil {
+		return nil, err
+	}
+	res.setCost(cost)
+	return res, nil
+}
+
+// runContinuous keeps a backlog of runs for Warmup + Duration and measures the window after the warm-up.
+func (e *env) runContinuous(ctx context.Context, cfg Config, name string, progress func(Progress)) (*Result, error) {
+	bf, err := flowFor(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.prepareFlow(ctx, bf); err != nil {
+		return nil, err
+	}
+	res := &Result{Scenario: name, Mode: ModeContinuous, Workers: cfg.Workers, MaxConcurrent: cfg.MaxConcurrent, BatchSize: cfg.BatchSize}
+	// The backlog kept queued: enough runs for every worker to fill its slots twice, at least one start batch.
+	backlog := int64(max(cfg.StartBatch, 2*cfg.Workers*cfg.MaxConcurrent))
+	if name == ScenarioMap {
+		backlog = max(2, backlog/MapElements)
+	}
+	var windowStart, windowEnd time.Time
+	var started int64
+	cost, err := e.measureCost(ctx, func() error {
+		feeder, err := newPool(ctx, e.url, workerApp+"-feeder", 2)
+		if err != nil {
+			return err
+		}
+		defer feeder.Close()
+		ws, err := e.startWorkers(ctx, cfg, name, cfg.Workers, workerConfig(cfg))
+		if err != nil {
+			return err
+		}
+		begin := time.Now()
+		total := cfg.Warmup + cfg.Duration
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		var loopErr error
+		for loopErr == nil {
+			now := time.Now()
+			if windowStart.IsZero() && now.Sub(begin) >= cfg.Warmup {
+				windowStart = e.dbNow(ctx)
+			}
+			if now.Sub(begin) >= total {
+				windowEnd = e.dbNow(ctx)
+				break
+			}
+			c, f, err := e.runCounts(ctx, bf.slug)
+			if err != nil {
+				loopErr = err
+				break
+			}
+			progress(Progress{Phase: "working", Done: int64(now.Sub(begin) / time.Second), Total: int64(total / time.Second), Unit: "s"})
+			if pending := started - c - f; pending < backlog {
+				k := int(min(int64(cfg.StartBatch), backlog-pending))
+				if name == ScenarioMap {
+					k = int(backlog - pending)
+				}
+				if err := startBatch(ctx, feeder, bf, k); err != nil {
+					loopErr = err
+					break
+				}
+				started += int64(k)
+				continue
+			}
+			select {
+			case <-ctx.Done():
+				loopErr = ctx.Err()
+			case err := <-ws.done:
+				ws.n--
+				loopErr = fmt.Errorf("a worker stopped: %v", err)
+			case <-t.C:
+			}
+		}
+		feeder.Close()
+		return errors.Join(loopErr, ws.stop())
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.Seconds = windowEnd.Sub(windowStart).Seconds()
+	if err := e.collect(ctx, bf, res, windowStart, windowEnd); err != nil {
+		return nil, err
+	}
+	res.Runs, res.Tasks = int(started), int(started)*bf.tasksPerRun
+	res.setCost(cost)
+	return res, nil
+}
+
+// dbNow reads the database clock (task and run timestamps are the database's).
+func (e *env) dbNow(ctx context.Context) time.Time {
+	var t time.Time
+	if err := e.mon.QueryRow(ctx, `select clock_timestamp()`).Scan(&t); err != nil {
+		return time.Now()
+	}
+	e.monQueries.Add(1)
+	return t
+}
+
+// collect reads the scenario's outcome from the database: counts, steady-state rates and latencies. With a
+// zero window the steady state is the middle 80% of the completions (burn-down); otherwise the window's.
+func (e *env) collect(ctx context.Context, bf *benchFlow, res *Result, from, to time.Time) error {
+	var taskTimes []time.Time
+	rows, err := e.mon.Query(ctx, `select t.completed_at from pgflow.step_tasks as t
+		where t.flow_slug = $1::text and t.status = 'completed' order by t.completed_at`, bf.slug)
+	if err != nil {
+		return fmt.Errorf("read task completions: %w", err)
+	}
+	if taskTimes, err = pgx.CollectRows(rows, pgx.RowTo[time.Time]); err != nil {
+		return fmt.Errorf("read task completions: %w", err)
+	}
+	type runTimes struct {
+		started, completed time.Time
+	}
+	rows, err = e.mon.Query(ctx, `select r.started_at, r.completed_at from pgflow.runs as r
+		where r.flow_slug = $1::text and r.status = 'completed' order by r.completed_at`, bf.slug)
+	if err != nil {
+		return fmt.Errorf("read run completions: %w", err)
+	}
+	runs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (runTimes, error) {
+		var x runTimes
+		err := r.Scan(&x.started, &x.completed)
+		return x, err
+	})
+	if err != nil {
+		return fmt.Errorf("read run completions: %w", err)
+	}
+	if err := e.mon.QueryRow(ctx, `select count(*) filter (where r.status = 'failed'), count(*) filter (where r.status = 'started')
+		from pgflow.runs as r where r.flow_slug = $1::text`, bf.slug).Scan(&res.RunsFailed, &res.RunsUnfinished); err != nil {
+		return fmt.Errorf("count runs: %w", err)
+	}
+	res.RunsCompleted, res.TasksCompleted = len(runs), len(taskTimes)
+	runEnds := make([]time.Time, len(runs))
+	for i, r := range runs {
+		runEnds[i] = r.completed
+	}
+	var lat []time.Duration
+	if from.IsZero() {
+		res.TasksPerSec = steadyRate(taskTimes)
+		res.RunsPerSec = steadyRate(runEnds)
+		for _, r := range runs {
+			lat = append(lat, r.completed.Sub(r.started))
+		}
+	} else {
+		res.TasksPerSec = windowRate(taskTimes, from, to)
+		res.RunsPerSec = windowRate(runEnds, from, to)
+		for _, r := range runs {
+			if !r.started.Before(from) && r.completed.Before(to) {
+				lat = append(lat, r.completed.Sub(r.started))
+			}
+		}
+	}
+	res.setLatency(lat, "database")
+	return nil
+}
+
+// steadyRate is the rate of events between the 10th and the 90th percentile of their times (the warm-up and
+// the tail excluded); with fewer than 10 events, the rate over all of them.
+func steadyRate(ts []time.Time) float64 {
+	n := len(ts)
+	if n < 2 {
+		return 0
+	}
+	lo, hi := 0, n-1
+	if n >= 10 {
+		lo, hi = n/10, n-1-n/10
+	}
+	span := ts[hi].Sub(ts[lo]).Seconds()
+	if span <= 0 {
+		return 0
+	}
+	return float64(hi-lo) / span
+}
+
+func windowRate(ts []time.Time, from, to time.Time) float64 {
+	i := sort.Search(len(ts), func(i int) bool { return !ts[i].Before(from) })
+	j := sort.Search(len(ts), func(i int) bool { return !ts[i].Before(to) })
+	if s := to.Sub(from).Seconds(); s > 0 {
+		return float64(j-i) / s
+	}
+	return 0
+}
+
+// runStart measures starting runs in bulk (no worker runs; the runs stay queued and are deleted afterwards).
+func (e *env) runStart(ctx context.Context, cfg Config, progress func(Progress)) (*Result, error) {
+	bf, err := flowFor(ScenarioStart)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.prepareFlow(ctx, bf); err != nil {
+		return nil, err
+	}
+	res := &Result{Scenario: ScenarioStart, Mode: ModeBurnDown, Runs: cfg.Runs, StartBatch: cfg.StartBatch}
+	var elapsed time.Duration
+	cost, err := e.measureCost(ctx, func() error {
+		pool, err := newPool(ctx, e.url, workerApp+"-starter", 1)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		if err := pool.Ping(ctx); err != nil {
+			return err
+		}
+		start := time.Now()
+		err = startRuns(ctx, pool, bf, cfg.Runs, cfg.StartBatch, func(done int) {
+			progress(Progress{Phase: "starting runs", Done: int64(done), Total: int64(cfg.Runs), Unit: "runs"})
+		})
+		elapsed = time.Since(start)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := e.mon.QueryRow(ctx, `select count(*) from pgflow.runs as r where r.flow_slug = $1::text and r.status = 'started'`, bf.slug).Scan(&res.RunsUnfinished); err != nil {
+		return nil, fmt.Errorf("count started runs: %w", err)
+	}
+	res.Seconds = elapsed.Seconds()
+	res.RunsPerSec = float64(cfg.Runs) / elapsed.Seconds()
+	res.setCostPerRun(cost)
+	if _, err := e.mon.Exec(ctx, `select pgflow.delete_flow_and_data($1::text)`, bf.slug); err != nil {
+		return nil, fmt.Errorf("delete flow %q: %w", bf.slug, err)
+	}
+	return res, nil
+}
+
+// runLatency starts one-step runs at a fixed rate and measures start-to-completion latency as the client sees
+// it: from just before the start call to the run:completed event (LISTEN on the 'pgflow' channel), with the
+// database's timestamps as a fallback.
+func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress)) (*Result, error) {
+	bf, err := flowFor(ScenarioLatency)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.prepareFlow(ctx, bf); err != nil {
+		return nil, err
+	}
+	n := max(1, int(cfg.Rate*cfg.LatencyDuration.Seconds()))
+	res := &Result{Scenario: ScenarioLatency, Mode: fmt.Sprintf("%g runs/s", cfg.Rate), Runs: n, Tasks: n, Workers: cfg.Workers,
+		MaxConcurrent: cfg.MaxConcurrent, BatchSize: cfg.BatchSize}
+	var mu sync.Mutex
+	startedAt := map[string]time.Time{}
+	var lat []time.Duration
+	listener, err := connect(ctx, e.url, "pgflow-listener-bench") // outside appPrefix: it stays open across flushes
+	if err != nil {
+		return nil, err
+	}
+	defer listener.Close(context.WithoutCancel(ctx))
+	if _, err := listener.Exec(ctx, `listen pgflow`); err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	lctx, stopListen := context.WithCancel(ctx)
+	listenDone := make(chan struct{})
+	go func() {
+		defer close(listenDone)
+		for {
+			note, err := listener.WaitForNotification(lctx)
+			if err != nil {
+				return
+			}
+			now := time.Now()
+			var ev struct {
+				EventType string `json:"event_type"`
+				RunID     string `json:"run_id"`
+				FlowSlug  string `json:"flow_slug"`
+			}
+			if json.Unmarshal([]byte(note.Payload), &ev) != nil || ev.EventType != "run:completed" || ev.FlowSlug != bf.slug {
+				continue
+			}
+			mu.Lock()
+			if t0, ok := startedAt[ev.RunID]; ok {
+				lat = append(lat, now.Sub(t0))
+				delete(startedAt, ev.RunID)
+			}
+			mu.Unlock()
+		}
+	}()
+	defer func() { stopListen(); <-listenDone }()
+
+	cost, err := e.measureCost(ctx, func() error {
+		ws, err := e.startWorkers(ctx, cfg, ScenarioLatency, cfg.Workers, workerConfig(cfg))
+		if err != nil {
+			return err
+		}
+		starter, err := newPool(ctx, e.url, workerApp+"-starter", 1)
+		if err != nil {
+			return errors.Join(err, ws.stop())
+		}
+		defer starter.Close()
+		interval := time.Duration(float64(time.Second) / cfg.Rate)
+		next := time.Now()
+		var loopErr error
+		for i := range n {
+			if d := time.Until(next); d > 0 {
+				if sleepCtx(ctx, d) != nil {
+					loopErr = ctx.Err()
+					break
+				}
+			}
+			next = next.Add(interval)
+			var id string
+			t0 := time.Now()
+			mu.Lock() // the completion event cannot be handled before the start time is recorded
+			err := starter.QueryRow(ctx, `select r.run_id::text from pgflow.start_flow(flow_slug => $1::text, input => $2::jsonb) as r`,
+				bf.slug, string(bf.input)).Scan(&id)
+			if err == nil {
+				startedAt[id] = t0
+			}
+			mu.Unlock()
+			if err != nil {
+				loopErr = fmt.Errorf("start a run: %w", err)
+				break
+			}
+			progress(Progress{Phase: "arrivals", Done: int64(i + 1), Total: int64(n), Unit: "runs"})
+		}
+		if loopErr == nil {
+			loopErr = e.waitRuns(ctx, bf.slug, int64(n), ws, nil)
+		}
+		return errors.Join(loopErr, ws.stop())
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := e.collect(ctx, bf, res, time.Time{}, time.Time{}); err != nil {
+		return nil, err
+	}
+	// Give the listener a moment for the last events, then prefer the client-side latencies when complete.
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		mu.Lock()
+		got := len(lat)
+		mu.Unlock()
+		if got >= res.RunsCompleted || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	if len(lat) == res.RunsCompleted && len(lat) > 0 {
+		res.setLatency(lat, "client (start call to run:completed event)")
+	}
+	mu.Unlock()
+	res.Seconds = cfg.LatencyDuration.Seconds()
+	res.setCost(cost)
+	return res, nil
+}
+
+// runIdle measures what a worker with nothing to do costs the database: transactions per second (every
+// statement the worker sends is one transaction) with the default worker configuration.
+func (e *env) runIdle(ctx context.Context, cfg Config, progress func(Progress)) (*Result, error) {
+	bf, err := flowFor(ScenarioIdle)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.prepareFlow(ctx, bf); err != nil {
+		return nil, err
+	}
+	res := &Result{Scenario: ScenarioIdle, Mode: "default WorkerConfig", Workers: 1}
+	ws, err := e.startWorkers(ctx, cfg, ScenarioIdle, 1, pgflow.WorkerConfig{})
+	if err != nil {
+		return nil, err
+	}
+	defer ws.stop()
+	// Let the startup settle, then count the transactions of the worker's backends over the window. The
+	// worker's pool stays open, so the counters are read with the lag of idle backends (they flush within
+	// about a second of going idle); a window of several seconds keeps that error small.
+	if err := sleepCtx(ctx, time.Second); err != nil {
+		return nil, err
+	}
+	before, err := e.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	end := time.Now().Add(cfg.IdleDuration)
+	for time.Now().Before(end) {
+		if err := sleepCtx(ctx, min(time.Second, time.Until(end))); err != nil {
+			return nil, err
+		}
+		progress(Progress{Phase: "idle", Done: int64(cfg.IdleDuration/time.Second - time.Until(end)/time.Second), Total: int64(cfg.IdleDuration / time.Second), Unit: "s"})
+	}
+	// Wait for idle backends' statistics (flushed at most ~1 s after a backend goes idle; an idle-in-read poll
+	// counts when it returns).
+	if err := sleepCtx(ctx, 1500*time.Millisecond); err != nil {
+		return nil, err
+	}
+	after, err := e.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d := before.to(after)
+	secs := after.at.Sub(before.at).Seconds()
+	res.Seconds = secs
+	res.IdleStatementsPerSec = float64(d.commits-1) / secs // the first snapshot's own read
+	res.IdleWALBytesPerSec = float64(d.walBytes) / secs
+	return res, ws.stop()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
