@@ -72,6 +72,7 @@ type Worker struct {
 	inputs *runInputCache
 	used   atomic.Bool
 	hooks  workerHooks
+	obs    *observer // delivers events to WorkerConfig.Hooks; nil without hooks
 }
 
 // workerHooks lets the package's tests observe and shorten the worker's lifecycle. The zero value is production
@@ -121,6 +122,7 @@ func NewWorker(pool *pgxpool.Pool, flow AnyFlow, cfg WorkerConfig) (*Worker, err
 		log:    rc.Logger.With("flow", core.slug, "worker_id", rc.WorkerID),
 		inputs: newRunInputCache(runInputCacheSize),
 	}
+	w.obs = newObserver(rc.Hooks, w.log)
 	for _, d := range steps {
 		w.steps[d.slug] = d
 	}
@@ -324,6 +326,7 @@ func (w *Worker) serve(ctx context.Context) {
 	defer r.stopLoop(nil)
 	defer r.hardStop()
 	defer r.abandon()
+	defer w.obs.start(ctx)()
 
 	var bg sync.WaitGroup
 	hbCtx, stopHeartbeat := context.WithCancel(base)
@@ -432,12 +435,14 @@ func (r *workerRun) pollLoop() {
 				break fill
 			}
 		}
+		pollStart := time.Now()
 		msgs, err := sqlapi.ReadWithPoll(r.loopCtx, r.w.pool, r.w.queue, r.cfg.vtSeconds, n, r.cfg.maxPollSeconds, r.cfg.pollIntervalMs)
 		if err != nil {
 			r.release(n)
 			if r.loopCtx.Err() != nil {
 				return
 			}
+			r.w.obs.polled(r.w, pollStart, 0, 0, err)
 			failures++
 			delay := r.w.hooks.retry.Delay(failures)
 			r.log.Warn("polling the queue failed, retrying", "retry", failures, "delay", delay, "error", err)
@@ -450,12 +455,15 @@ func (r *workerRun) pollLoop() {
 		if len(msgs) == 0 || r.loopCtx.Err() != nil {
 			// After shutdown began, read messages are not claimed: they become visible again after the
 			// visibility timeout and another worker takes them.
+			r.w.obs.polled(r.w, pollStart, len(msgs), 0, nil)
 			r.release(n)
 			continue
 		}
 		tasks := r.claim(msgs)
+		r.w.obs.polled(r.w, pollStart, len(msgs), len(tasks), nil)
 		r.release(n - len(tasks))
 		for _, t := range tasks {
+			r.w.obs.taskClaimed(r.taskMeta(t))
 			r.tasks.Add(1)
 			r.inFlight.Add(1)
 			go r.runTask(t)
@@ -532,23 +540,22 @@ func (r *workerRun) runTask(t sqlapi.ClaimedTask) {
 	defer r.inFlight.Add(-1)
 	log := r.log.With("run_id", t.RunID, "step", t.StepSlug, "task_index", t.TaskIndex,
 		"msg_id", strconv.FormatInt(t.MsgID, 10), "attempt", t.Attempt)
+	meta := r.taskMeta(t)
+	ctx := r.w.obs.taskStarted(r.handlerCtx, meta) // the handler's context
 
 	def := r.w.steps[t.StepSlug]
 	if def == nil {
 		msg := fmt.Sprintf("pgflow: flow %q has no step %q in the code of worker %s (the worker runs a different version of the flow)",
 			r.w.slug, t.StepSlug, r.cfg.WorkerID)
 		log.Error("claimed a task of an unknown step; failing it", "error", msg)
-		r.reportFailure(log, t, msg)
+		r.w.obs.taskFinished(ctx, meta, r.reportFailure(log, t, msg))
 		return
 	}
 	if t.FlowInput != nil {
 		r.w.inputs.put(t.RunID, t.FlowInput)
 	}
 	env := &taskEnv{
-		meta: TaskMeta{
-			RunID: t.RunID, FlowSlug: r.w.slug, StepSlug: t.StepSlug, TaskIndex: t.TaskIndex, Attempt: t.Attempt,
-			MessageID: t.MsgID, WorkerID: r.cfg.WorkerID, QueueName: r.w.queue,
-		},
+		meta:      meta,
 		input:     t.Input,
 		flowInput: t.FlowInput,
 		loadFlowInput: func(ctx context.Context) (json.RawMessage, error) {
@@ -560,11 +567,12 @@ func (r *workerRun) runTask(t sqlapi.ClaimedTask) {
 	}
 	log.Debug("task started")
 	start := time.Now()
-	out, err := def.run(r.handlerCtx, env)
+	out, err := def.run(ctx, env)
 	elapsed := time.Since(start)
+	r.w.obs.handlerDone(ctx, meta, elapsed, err)
 	if err == nil {
 		log.Debug("task completed", "duration", elapsed)
-		r.reportCompletion(log, t, out)
+		r.w.obs.taskFinished(ctx, meta, r.reportCompletion(log, t, out))
 		return
 	}
 	msg := err.Error()
@@ -577,12 +585,12 @@ func (r *workerRun) runTask(t sqlapi.ClaimedTask) {
 		msg = fmt.Sprintf("worker %s shut down: the handler was still running %s after shutdown began and its context was cancelled: %s",
 			r.cfg.WorkerID, r.cfg.ShutdownTimeout, msg)
 	}
-	r.reportFailure(log, t, msg)
+	r.w.obs.taskFinished(ctx, meta, r.reportFailure(log, t, msg))
 }
 
-// reportCompletion records a successful task. An output the database rejects (e.g. a string with a NUL
-// character, which jsonb cannot hold) fails the task instead.
-func (r *workerRun) reportCompletion(log *slog.Logger, t sqlapi.ClaimedTask, out json.RawMessage) {
+// reportCompletion records a successful task and returns what became of it. An output the database rejects (e.g.
+// a string with a NUL character, which jsonb cannot hold) fails the task instead.
+func (r *workerRun) reportCompletion(log *slog.Logger, t sqlapi.ClaimedTask, out json.RawMessage) TaskOutcome {
 	status, err := r.report(log, "complete_task", func(ctx context.Context) (string, error) {
 		return sqlapi.CompleteTask(ctx, r.w.pool, t.RunID, t.StepSlug, t.TaskIndex, out)
 	})
@@ -591,16 +599,19 @@ func (r *workerRun) reportCompletion(log *slog.Logger, t sqlapi.ClaimedTask, out
 	case err != nil && errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22"):
 		msg := fmt.Sprintf("pgflow: step %q: the database rejected the handler's output: %s (SQLSTATE %s)", t.StepSlug, pgErr.Message, pgErr.Code)
 		log.Warn("task output rejected by the database; failing the task", "error", msg)
-		r.reportFailure(log, t, msg)
+		return r.reportFailure(log, t, msg)
 	case err != nil:
 		r.logReportLost(log, "complete_task", err)
+		return OutcomeUnreported
 	case status != "completed":
 		log.Info("task result not recorded: the task is no longer running (its run failed or its step finished)", "status", status)
+		return OutcomeNotRecorded
 	}
+	return OutcomeCompleted
 }
 
-// reportFailure records a failed task with pgflow.fail_task.
-func (r *workerRun) reportFailure(log *slog.Logger, t sqlapi.ClaimedTask, msg string) {
+// reportFailure records a failed task with pgflow.fail_task and returns what became of it.
+func (r *workerRun) reportFailure(log *slog.Logger, t sqlapi.ClaimedTask, msg string) TaskOutcome {
 	msg = cleanErrorMessage(msg)
 	status, err := r.report(log, "fail_task", func(ctx context.Context) (string, error) {
 		return sqlapi.FailTask(ctx, r.w.pool, t.RunID, t.StepSlug, t.TaskIndex, msg)
@@ -608,12 +619,16 @@ func (r *workerRun) reportFailure(log *slog.Logger, t sqlapi.ClaimedTask, msg st
 	switch {
 	case err != nil:
 		r.logReportLost(log, "fail_task", err)
+		return OutcomeUnreported
 	case status == "queued":
 		log.Info("task will be retried")
+		return OutcomeRetried
 	case status == "failed":
 		log.Warn("task failed permanently: no attempts left", "error", msg)
+		return OutcomeFailed
 	default:
 		log.Info("task failure not recorded: the task is no longer running (its run failed or its step finished)", "status", status)
+		return OutcomeNotRecorded
 	}
 }
 

@@ -47,6 +47,9 @@ type WorkerConfig struct {
 	WorkerID string
 	// Logger receives the worker's logs. Default: warnings and errors as text on stderr.
 	Logger *slog.Logger
+	// Hooks observes polls, claimed tasks, handler runs and task outcomes, e.g. for metrics and traces
+	// (packages pgflowprom and pgflowotel); MultiHooks combines several. Default: none.
+	Hooks Hooks
 }
 
 // Defaults of WorkerConfig.
