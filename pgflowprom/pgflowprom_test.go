@@ -251,7 +251,7 @@ func TestCollectorOptions(t *testing.T) {
 	m := scrape(t, srv.URL)
 	requireValue(t, m, "jobs_tasks_in_flight", map[string]string{"flow": "f", "step": "s", "queue": "q"}, 1)
 	h := m["jobs_handler_duration_seconds"].GetMetric()[0].GetHistogram()
-	require.Len(t, h.GetBucket(), 3) // 1, 2, +Inf
+	require.Len(t, h.GetBucket(), 3)                                   // 1, 2, +Inf
 	require.Equal(t, uint64(0), h.GetBucket()[0].GetCumulativeCount()) // le=1
 	require.Equal(t, uint64(1), h.GetBucket()[1].GetCumulativeCount()) // le=2
 }
