@@ -321,9 +321,21 @@ func (c *Client) worthReading(msgs []notify.Message, runID string) bool {
 	return false
 }
 
+// isServerError reports whether err is the server's answer to the request itself, which a retry cannot change.
+// Errors that only say the connection was lost or refused are transient, also when the server sent them: the
+// server shutting down or restarting (57P01-57P05, e.g. `pg_ctl restart -m fast`), connection exceptions (08),
+// insufficient resources such as too many connections (53) and transaction rollbacks (40).
 func isServerError(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr)
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	for _, transient := range []string{"57P", "08", "53", "40"} {
+		if strings.HasPrefix(pgErr.Code, transient) {
+			return false
+		}
+	}
+	return true
 }
 
 // Subscribe streams the events of one run. It returns once the client listens for them: every transition

@@ -14,10 +14,8 @@ import (
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
 )
 
-// SetupSQL creates, in a test database, the table handlers record their invocations in
-// (reliability.invocations) and a realtime.send function that keeps every event pgflow emits in
-// realtime.captured (pgflow._emit_event calls realtime.send when it exists), so tests can count events exactly.
-const SetupSQL = `
+// InvocationsSQL creates the table handlers record their invocations in (reliability.invocations).
+const InvocationsSQL = `
 create schema if not exists reliability;
 create table if not exists reliability.invocations (
   id          bigint generated always as identity primary key,
@@ -30,6 +28,11 @@ create table if not exists reliability.invocations (
   started_at  timestamptz not null default clock_timestamp()
 );
 create index if not exists invocations_task on reliability.invocations (run_id, step_slug, task_index);
+`
+
+// EventsSQL creates a realtime.send function that keeps every event pgflow emits in realtime.captured
+// (pgflow._emit_event calls realtime.send when it exists), so tests can count events exactly.
+const EventsSQL = `
 create schema if not exists realtime;
 create table if not exists realtime.captured (
   id      bigint generated always as identity primary key,
@@ -47,10 +50,18 @@ as $fn$
 $fn$;
 `
 
-// Setup runs SetupSQL.
+// Setup runs InvocationsSQL and EventsSQL.
 func Setup(ctx context.Context, db sqlapi.DBTX) error {
-	if _, err := db.Exec(ctx, SetupSQL); err != nil {
+	if _, err := db.Exec(ctx, InvocationsSQL+EventsSQL); err != nil {
 		return fmt.Errorf("reliability: set up invocation and event capture: %w", err)
+	}
+	return nil
+}
+
+// SetupEvents runs EventsSQL only (for workers that record invocations elsewhere, e.g. with a MemRecorder).
+func SetupEvents(ctx context.Context, db sqlapi.DBTX) error {
+	if _, err := db.Exec(ctx, EventsSQL); err != nil {
+		return fmt.Errorf("reliability: set up event capture: %w", err)
 	}
 	return nil
 }
