@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/build"
 	"log/slog"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -463,4 +465,31 @@ func TestWorkerJSONLogsCarryIdentifiersAsStrings(t *testing.T) {
 	for _, msg := range []string{"task started", "inside the handler", "task completed", "task failed", "task will be retried"} {
 		require.True(t, seen[msg], "a %q line was logged", msg)
 	}
+}
+
+// TestRootPackageDoesNotImportMetricsLibraries keeps the core dependency-light: neither the root package nor any
+// package of this module it imports (transitively) may import Prometheus or OpenTelemetry; the adapters live in
+// pgflowprom and pgflowotel.
+func TestRootPackageDoesNotImportMetricsLibraries(t *testing.T) {
+	t.Parallel()
+	const module = "github.com/pgflow-go/pgflow"
+	seen := map[string]bool{}
+	var visit func(dir, path string)
+	visit = func(dir, path string) {
+		if seen[path] {
+			return
+		}
+		seen[path] = true
+		pkg, err := build.ImportDir(dir, 0)
+		require.NoError(t, err, "package %s", path)
+		for _, imp := range pkg.Imports {
+			require.False(t, strings.HasPrefix(imp, "github.com/prometheus/") || strings.HasPrefix(imp, "go.opentelemetry.io/"),
+				"%s imports %s", path, imp)
+			if imp == module || strings.HasPrefix(imp, module+"/") {
+				visit(filepath.Join(".", strings.TrimPrefix(strings.TrimPrefix(imp, module), "/")), imp)
+			}
+		}
+	}
+	visit(".", module)
+	require.True(t, seen[module+"/internal/sqlapi"], "the walk follows the module's own imports")
 }
