@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -19,7 +18,7 @@ const BaselineClients = 2
 const baselineWarmup = time.Second
 
 // Baseline is the machine's commit-rate limit measured in the same run: BaselineClients clients, each a loop of
-// transactions that insert one row and update it (one round trip per transaction).
+// transactions that insert one row and update it (BEGIN, INSERT, UPDATE, COMMIT: four round trips).
 type Baseline struct {
 	Clients       int     `json:"clients"`
 	Seconds       float64 `json:"seconds"`
@@ -29,6 +28,24 @@ type Baseline struct {
 	CommitsPerTx  float64 `json:"commits_per_tx"`      // from pg_stat_database (1 plus monitoring noise)
 	WALBytesPerTx float64 `json:"wal_bytes_per_tx"`    // pg_current_wal_lsn delta per transaction
 	RowsPerTx     float64 `json:"rows_written_per_tx"` // pg_stat_user_tables delta per transaction (2)
+	// The baseline is measured before and after the scenarios; the figures above combine both measurements
+	// (transactions and time added up), so a machine whose speed drifts during the run is averaged.
+	CommitsPerSecBefore float64 `json:"commits_per_sec_before,omitempty"`
+	CommitsPerSecAfter  float64 `json:"commits_per_sec_after,omitempty"`
+}
+
+// combine adds a second measurement of the baseline to b.
+func (b Baseline) combine(after Baseline) Baseline {
+	c := Baseline{Clients: b.Clients, Seconds: b.Seconds + after.Seconds, Transactions: b.Transactions + after.Transactions,
+		CommitsPerSecBefore: b.CommitsPerSec, CommitsPerSecAfter: after.CommitsPerSec}
+	c.CommitsPerSec = float64(c.Transactions) / c.Seconds
+	c.LatencyMs = float64(c.Clients) * 1000 / c.CommitsPerSec
+	w1, w2 := float64(b.Transactions), float64(after.Transactions)
+	avg := func(x, y float64) float64 { return (x*w1 + y*w2) / (w1 + w2) }
+	c.CommitsPerTx = avg(b.CommitsPerTx, after.CommitsPerTx)
+	c.WALBytesPerTx = avg(b.WALBytesPerTx, after.WALBytesPerTx)
+	c.RowsPerTx = avg(b.RowsPerTx, after.RowsPerTx)
+	return c
 }
 
 const baselineTable = "public.pgflow_bench_baseline"
@@ -85,6 +102,24 @@ func (e *env) runBaseline(ctx context.Context, d time.Duration, progress func(Pr
 	return b, nil
 }
 
+// baselineTx is one baseline transaction, written as an application writes it: BEGIN, INSERT, UPDATE and COMMIT
+// as four statements (four round trips).
+func baselineTx(ctx context.Context, conn *pgxpool.Conn) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `insert into `+baselineTable+` (n) values (0)`); err != nil {
+		return err
+	}
+	// (select lastval()) is an InitPlan, so the row is found through the primary key.
+	if _, err := tx.Exec(ctx, `update `+baselineTable+` set n = n + 1 where id = (select lastval())`); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
 // baselineLoop runs the baseline clients for d on a pool of their own and closes it; it returns the number of
 // transactions committed and the time they took.
 func (e *env) baselineLoop(ctx context.Context, d time.Duration, tick func(time.Duration)) (int64, time.Duration, error) {
@@ -108,10 +143,7 @@ func (e *env) baselineLoop(ctx context.Context, d time.Duration, tick func(time.
 		wg.Go(func() {
 			defer conn.Release()
 			for !stop.Load() {
-				var batch pgx.Batch
-				batch.Queue(`insert into ` + baselineTable + ` (n) values (0)`)
-				batch.Queue(`update ` + baselineTable + ` set n = n + 1 where id = lastval()`)
-				if err := conn.SendBatch(ctx, &batch).Close(); err != nil {
+				if err := baselineTx(ctx, conn); err != nil {
 					errs <- err
 					return
 				}

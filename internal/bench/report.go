@@ -191,8 +191,8 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	b := rep.Baseline
-	fmt.Fprintf(w, "baseline: %d clients, one-row insert+update per transaction: %.0f commits/s, %.2f ms/tx, %.0f WAL bytes/tx, %.1f rows/tx (%d tx in %.1fs)\n\n",
-		b.Clients, b.CommitsPerSec, b.LatencyMs, b.WALBytesPerTx, b.RowsPerTx, b.Transactions, b.Seconds)
+	fmt.Fprintf(w, "baseline: %d clients, one-row insert+update per transaction: %.0f commits/s (before %.0f, after %.0f), %.2f ms/tx, %.0f WAL bytes/tx, %.1f rows/tx (%d tx in %.1fs)\n\n",
+		b.Clients, b.CommitsPerSec, b.CommitsPerSecBefore, b.CommitsPerSecAfter, b.LatencyMs, b.WALBytesPerTx, b.RowsPerTx, b.Transactions, b.Seconds)
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tmode\truns\ttasks\truns/s (×base)\ttasks/s (×base)\tp50 ms\tp95 ms\tp99 ms (×base)\tcommits/task (×base)\tWAL B/task (×base)\trows/task (×base)\t")

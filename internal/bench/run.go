@@ -67,8 +67,17 @@ func (e *env) run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bench: scenario %s: %w", name, err)
 		}
-		res.ratios(rep.Baseline)
 		rep.Results = append(rep.Results, *res)
+	}
+	if len(cfg.Scenarios) > 0 {
+		after, err := e.runBaseline(ctx, cfg.BaselineDuration, progress("baseline"))
+		if err != nil {
+			return nil, err
+		}
+		rep.Baseline = rep.Baseline.combine(after)
+	}
+	for i := range rep.Results {
+		rep.Results[i].ratios(rep.Baseline)
 	}
 	rep.Finished = time.Now()
 	return rep, nil
