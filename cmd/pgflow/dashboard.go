@@ -20,7 +20,7 @@ import (
 const dashboardTokenEnv = "PGFLOW_DASHBOARD_TOKEN"
 
 func newDashboardCmd(g *globalOptions) *cobra.Command {
-	var listen, token string
+	var listen, token, metricsListen string
 	var staleAfter time.Duration
 	cmd := &cobra.Command{
 		Use:   "dashboard",
@@ -33,9 +33,13 @@ dashboard only reads: its database sessions run with default_transaction_read_on
 
 It listens on 127.0.0.1:8080 by default. To listen on any other interface it needs a token (--auth-token or
 $` + dashboardTokenEnv + `); with a token, every request must carry it, as "Authorization: Bearer <token>" or
-by opening a page once with ?token=<token>, which sets a session cookie.`,
+by opening a page once with ?token=<token>, which sets a session cookie.
+
+--metrics-listen ADDR also serves Prometheus metrics at http://ADDR/metrics: runs by status, queue depth and
+workers, read from the database at each scrape (docs/observability.md). The same token rule applies.`,
 		Example: `  pgflow dashboard --database-url postgres://localhost/app
-  PGFLOW_DASHBOARD_TOKEN=s3cret pgflow dashboard --listen 0.0.0.0:8080`,
+  PGFLOW_DASHBOARD_TOKEN=s3cret pgflow dashboard --listen 0.0.0.0:8080
+  pgflow dashboard --metrics-listen 127.0.0.1:9464`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			url, err := g.requireURL()
@@ -45,11 +49,18 @@ by opening a page once with ?token=<token>, which sets a session cookie.`,
 			if err := dashboard.CheckListenAddr(listen, token); err != nil {
 				return err
 			}
+			if err := checkMetricsListen(metricsListen, token); err != nil {
+				return err
+			}
 			return runDashboard(cmd.Context(), dashboardOptions{
 				url: url, listen: listen, token: token, staleAfter: staleAfter,
 				log: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
 				ready: func(addr string) {
 					fmt.Fprintf(cmd.OutOrStdout(), "pgflow dashboard on http://%s/\n", addr)
+				},
+				metricsListen: metricsListen,
+				metricsReady: func(addr string) {
+					fmt.Fprintf(cmd.OutOrStdout(), "metrics on http://%s/metrics\n", addr)
 				},
 			})
 		},
@@ -59,6 +70,8 @@ by opening a page once with ?token=<token>, which sets a session cookie.`,
 		"require this token on every request (default: $"+dashboardTokenEnv+")")
 	cmd.Flags().DurationVar(&staleAfter, "stale-after", 30*time.Second,
 		"a running worker without a heartbeat for longer is shown as unresponsive")
+	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "",
+		"also serve Prometheus metrics at http://ADDR/metrics (host:port; default: off)")
 	return cmd
 }
 
@@ -67,6 +80,8 @@ type dashboardOptions struct {
 	staleAfter         time.Duration
 	log                *slog.Logger
 	ready              func(addr string)
+	metricsListen      string            // serve /metrics there too (empty: off)
+	metricsReady       func(addr string) // called once the metrics server listens
 }
 
 // runDashboard serves until ctx is cancelled, then closes the event streams and shuts the server down.
@@ -95,6 +110,17 @@ func runDashboard(ctx context.Context, o dashboardOptions) error {
 		return err
 	}
 	defer dash.Close()
+
+	if o.metricsListen != "" {
+		ms, err := startMetricsServer(o.metricsListen, o.token, pool, o.staleAfter, o.log)
+		if err != nil {
+			return err
+		}
+		defer ms.Close()
+		if o.metricsReady != nil {
+			o.metricsReady(ms.Addr())
+		}
+	}
 
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
