@@ -1,0 +1,237 @@
+package pgflow_test
+
+// In-process faults (issue 6, "Faults"): worker connections terminated mid-poll, mid-claim and mid-complete; a
+// handler that outlives its timeout; stalled-task recovery up to the final failure.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgflow-go/pgflow/internal/pgtest"
+	"github.com/pgflow-go/pgflow/internal/reliability"
+)
+
+// victimPool is a worker pool whose sessions carry application_name so the test can find and kill them.
+func victimPool(t *testing.T, db *pgtest.DB, appName string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = ""
+	cfg.ConnConfig.RuntimeParams["application_name"] = appName
+	cfg.MaxConns = 12
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// terminateWhen waits for a session of appName in db whose current statement contains fragment (and, when
+// lockWait, that waits for a lock), terminates it with pg_terminate_backend and returns its pid.
+func terminateWhen(t *testing.T, admin *pgxpool.Pool, db *pgtest.DB, appName, fragment string, lockWait bool) int {
+	t.Helper()
+	var pid int
+	eventually(t, relWait, "a session running "+fragment, func() bool {
+		err := admin.QueryRow(context.Background(), `
+			select a.pid from pg_stat_activity as a
+			 where a.datname = $1 and a.application_name = $2 and a.state = 'active'
+			   and strpos(a.query, $3) > 0 and (not $4 or a.wait_event_type = 'Lock')
+			 limit 1`, db.Name, appName, fragment, lockWait).Scan(&pid)
+		return err == nil
+	})
+	var ok bool
+	require.NoError(t, admin.QueryRow(context.Background(), `select pg_terminate_backend($1)`, pid).Scan(&ok))
+	require.True(t, ok)
+	return pid
+}
+
+// The worker's connections are killed with pg_terminate_backend while it polls, while its claim
+// (pgflow.start_tasks) waits for a lock, and while its completion (pgflow.complete_task) waits for a lock. Each
+// time the statement's transaction rolls back, the worker retries with backoff, and the task runs once and
+// completes once: a lost connection never costs an attempt.
+func TestReliabilityTerminatedConnections(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := relDB(t)
+	compileRelFlow(t, db.Pool, reliability.OneStepFlow)
+	const app = "rel-terminated"
+	gate := reliability.NewChanGate()
+	flow := relFlow(t, reliability.OneStepFlow, reliability.Handlers{
+		Recorder: reliability.DBRecorder{DB: db.Pool}, Gate: gate,
+	})
+	logger, logs := newRelLogger(t, "worker")
+	w := runInProc(t, victimPool(t, db, app), flow, relWorkerConfig(logger))
+	waitRegistered(t, db.Pool, w.w.ID())
+
+	t.Run("mid-poll", func(t *testing.T) {
+		terminateWhen(t, db.Pool, db, app, "pgmq.read_with_poll", false)
+		eventually(t, relWait, "the worker to log the failed poll", func() bool {
+			return logs.Count("polling the queue failed, retrying") > 0
+		})
+		runs := startRelRuns(t, db.Pool, reliability.OneStepFlow, reliability.Input{}, 1)
+		waitRunsDone(t, db.Pool, reliability.OneStepFlow, relWait)
+		task := relTasks(t, db.Pool, reliability.OneStepFlow, "work")[0]
+		require.Equal(t, runs[0], task.RunID)
+		require.Equal(t, "completed", task.Status)
+		require.Equal(t, 1, task.Attempts)
+	})
+
+	t.Run("mid-claim", func(t *testing.T) {
+		// Holding the worker's row FOR UPDATE blocks the claim at its foreign-key check on last_worker_id.
+		tx, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, `select from pgflow.workers where worker_id = $1::uuid for update`, w.w.ID())
+		require.NoError(t, err)
+		runs := startRelRuns(t, db.Pool, reliability.OneStepFlow, reliability.Input{}, 1)
+		terminateWhen(t, db.Pool, db, app, "pgflow.start_tasks", true)
+		eventually(t, relWait, "the worker to log the failed claim", func() bool {
+			return logs.Count("claiming tasks failed, retrying") > 0
+		})
+		require.NoError(t, tx.Rollback(ctx))
+		waitRunsDone(t, db.Pool, reliability.OneStepFlow, relWait)
+		for _, task := range relTasks(t, db.Pool, reliability.OneStepFlow, "work") {
+			if task.RunID != runs[0] {
+				continue
+			}
+			require.Equal(t, "completed", task.Status)
+			require.Equal(t, 1, task.Attempts, "the rolled-back claim consumed no attempt")
+			require.Len(t, invocationsOf(t, db.Pool, task.RunID, "work", 0), 1)
+		}
+	})
+
+	t.Run("mid-complete", func(t *testing.T) {
+		runs := startRelRuns(t, db.Pool, reliability.OneStepFlow, reliability.Input{HangAttempts: 1}, 1)
+		select {
+		case <-gate.Waiting:
+		case <-time.After(relWait):
+			t.Fatal("the handler did not start")
+		}
+		// Holding the run row FOR UPDATE blocks complete_task at its first lock.
+		tx, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, `select from pgflow.runs where run_id = $1::uuid for update`, runs[0])
+		require.NoError(t, err)
+		gate.Release()
+		terminateWhen(t, db.Pool, db, app, "pgflow.complete_task", true)
+		eventually(t, relWait, "the worker to log the failed report", func() bool {
+			return logs.Count("reporting the task's result failed, retrying") > 0
+		})
+		require.NoError(t, tx.Rollback(ctx))
+		waitRunsDone(t, db.Pool, reliability.OneStepFlow, relWait)
+		for _, task := range relTasks(t, db.Pool, reliability.OneStepFlow, "work") {
+			if task.RunID != runs[0] {
+				continue
+			}
+			require.Equal(t, "completed", task.Status)
+			require.Equal(t, 1, task.Attempts, "a failed report consumed no attempt")
+			require.Len(t, invocationsOf(t, db.Pool, task.RunID, "work", 0), 1, "the handler ran once")
+		}
+	})
+
+	require.NoError(t, w.stop())
+	inv := requireInvariants(t, db.Pool, reliability.OneStepFlow, true)
+	require.EqualValues(t, 3, inv.Runs)
+}
+
+// A handler that runs longer than its step's timeout + 30 s is treated as stalled: its task is requeued once and
+// run again (attempt 2), which completes it. When the first handler finally returns, its late result — a value
+// for one run, an error for the other — changes nothing: the task keeps the second attempt's result, no attempt
+// is added, no event repeats.
+func TestReliabilityHandlerOutlivesTimeout(t *testing.T) {
+	t.Parallel()
+	db := relDB(t)
+	compileRelFlow(t, db.Pool, reliability.OneStepFlow)
+	gate := reliability.NewChanGate()
+	flow := relFlow(t, reliability.OneStepFlow, reliability.Handlers{
+		Recorder: reliability.DBRecorder{DB: db.Pool}, Gate: gate,
+	})
+	logger, _ := newRelLogger(t, "worker")
+	cfg := relWorkerConfig(logger)
+	cfg.MaintenanceInterval = 500 * time.Millisecond
+	w := runInProc(t, db.Pool, flow, cfg)
+
+	lateValue := startRelRuns(t, db.Pool, reliability.OneStepFlow, reliability.Input{HangAttempts: 1}, 1)[0]
+	lateError := startRelRuns(t, db.Pool, reliability.OneStepFlow, reliability.Input{HangAttempts: 1, FailAttempts: 1}, 1)[0]
+	// Attempt 1 of both hangs past the timeout; recovery requeues them and attempt 2 completes them.
+	waitRunsDone(t, db.Pool, reliability.OneStepFlow, relWait)
+	before := requireInvariants(t, db.Pool, reliability.OneStepFlow, false)
+
+	gate.Release()
+	require.NoError(t, w.stop()) // drains: the two late reports are made before Run returns
+	after := requireInvariants(t, db.Pool, reliability.OneStepFlow, false)
+	require.Equal(t, before, after, "late results change nothing")
+	require.EqualValues(t, 2, after.StepCompletedEvents)
+	require.EqualValues(t, 4, after.Invocations, "each handler ran twice: the stalled attempt and the recovery")
+	for _, task := range relTasks(t, db.Pool, reliability.OneStepFlow, "work") {
+		require.Contains(t, []string{lateValue, lateError}, task.RunID)
+		require.Equal(t, "completed", task.Status)
+		require.Equal(t, 2, task.Attempts)
+		require.Equal(t, 1, task.Requeued, "recovered once")
+		require.Equal(t, 2, task.Output.Attempt, "the recorded result is the second attempt's")
+		require.Nil(t, task.Error, "the late failure left no error on the task")
+	}
+}
+
+// Stalled-task recovery end to end, up to its final failure: a handler that never returns is requeued three
+// times (each time by the worker's own maintenance, each time run again), and the fourth stall gives the task up
+// through the ordinary failure path — task and step failed with a message naming the stall, run failed, one
+// run:failed event, nothing left in the queue. Instead of waiting 33 s per stall, the test ages each attempt by
+// moving its started_at (and queued_at) an hour back (the only thing it does behind the worker's back).
+func TestReliabilityStalledRecoveryGivesUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := relDB(t)
+	compileRelFlow(t, db.Pool, reliability.OneStepFlow)
+	flow := relFlow(t, reliability.OneStepFlow, reliability.Handlers{Recorder: reliability.DBRecorder{DB: db.Pool}})
+	logger, logs := newRelLogger(t, "worker")
+	cfg := relWorkerConfig(logger)
+	cfg.MaintenanceInterval = 300 * time.Millisecond
+	cfg.ShutdownTimeout = time.Second
+	w := runInProc(t, db.Pool, flow, cfg)
+
+	runID := startRelRuns(t, db.Pool, reliability.OneStepFlow, reliability.Input{HangAttempts: 1000}, 1)[0]
+	for attempt := 1; attempt <= 4; attempt++ {
+		eventually(t, relWait, "attempt to start", func() bool {
+			return queryInt(t, db.Pool, `select count(*) from reliability.invocations where attempt = $1`, attempt) == 1
+		})
+		tag, err := db.Pool.Exec(ctx, `update pgflow.step_tasks set queued_at = now() - interval '2 hours', started_at = now() - interval '1 hour'
+		                                where run_id = $1::uuid and status = 'started' and attempts_count = $2`, runID, attempt)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, tag.RowsAffected())
+	}
+	waitRunsDone(t, db.Pool, reliability.OneStepFlow, relWait)
+
+	task := relTasks(t, db.Pool, reliability.OneStepFlow, "work")[0]
+	require.Equal(t, "failed", task.Status)
+	require.Equal(t, 3, task.Requeued)
+	require.Equal(t, 4, task.Attempts)
+	require.NotNil(t, task.Error)
+	require.Contains(t, *task.Error, "Task stalled")
+	var runStatus, stepStatus string
+	var stalledAt *time.Time
+	require.NoError(t, db.Pool.QueryRow(ctx, `
+		select r.status, ss.status, t.permanently_stalled_at
+		  from pgflow.runs as r
+		  join pgflow.step_states as ss on ss.run_id = r.run_id
+		  join pgflow.step_tasks as t on t.run_id = r.run_id
+		 where r.run_id = $1::uuid`, runID).Scan(&runStatus, &stepStatus, &stalledAt))
+	require.Equal(t, "failed", runStatus)
+	require.Equal(t, "failed", stepStatus)
+	require.NotNil(t, stalledAt)
+	require.Equal(t, 3, logs.Count("requeued stalled tasks"))
+
+	require.NoError(t, w.stop()) // the four hanging handlers are cancelled; their failures change nothing
+	inv, err := reliability.Read(ctx, db.Pool, reliability.OneStepFlow)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, inv.RunsFailed)
+	require.EqualValues(t, 1, inv.RunTerminalEvents)
+	require.EqualValues(t, 0, inv.RunsWithDupTerminal)
+	require.EqualValues(t, 0, inv.QueueLength)
+	require.EqualValues(t, 4, inv.Invocations)
+	require.EqualValues(t, 4, inv.Attempts)
+}
