@@ -1,0 +1,119 @@
+-- pgflow._start_ready_steps_batch(run_ids) guarantees: for every run of run_ids exactly what
+-- pgflow.start_ready_steps(run_id) guarantees, done set-based:
+--   * only runs that are 'started' are touched; NULL or empty run_ids do nothing;
+--   * every step state of those runs that is 'created' with remaining_deps 0 and initial_tasks > 0 becomes
+--     'started' (started_at now, remaining_tasks = initial_tasks), exactly once even when called concurrently
+--     (one UPDATE starts them all);
+--   * step:started is emitted per started step, ordered by run_id, then step_index;
+--   * one message per task {"flow_slug", "run_id", "step_slug", "task_index"} goes to the step's queue
+--     (steps.queue_name), delayed by the step's opt_start_delay seconds (NULL = 0), with one pgmq.send_batch call
+--     per (queue, delay) for all the runs together, and one 'queued' step_tasks row per message is written with
+--     its message_id and that queue_name (task_index 0 .. initial_tasks-1, paired with the message carrying that
+--     index); no queue is created here (no DDL);
+--   * steps with initial_tasks NULL or 0 are never started here, and conditions are not evaluated here (as in
+--     start_ready_steps).
+create or replace function pgflow._start_ready_steps_batch(run_ids uuid[])
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_step   record;
+  v_group  record;
+  v_runs   uuid[] := '{}';
+  v_slugs  text[] := '{}';
+  v_flows  text[] := '{}';
+  v_queues text[] := '{}';
+  v_delays integer[] := '{}';
+  v_counts integer[] := '{}';
+begin
+  if _start_ready_steps_batch.run_ids is null or cardinality(_start_ready_steps_batch.run_ids) = 0 then
+    return;
+  end if;
+
+  for v_step in
+    with started as (
+      update pgflow.step_states as ss
+         set status = 'started',
+             started_at = now(),
+             remaining_tasks = ss.initial_tasks
+        from pgflow.runs as r
+       where ss.run_id = any (_start_ready_steps_batch.run_ids)
+         and r.run_id = ss.run_id
+         and r.status = 'started'
+         and ss.status = 'created'
+         and ss.remaining_deps = 0
+         and ss.initial_tasks > 0
+      returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.started_at, ss.remaining_tasks,
+                ss.remaining_deps, ss.initial_tasks
+    )
+    select st.*, s.step_index, s.queue_name, coalesce(s.opt_start_delay, 0) as start_delay
+      from started as st
+      join pgflow.steps as s on s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+     order by st.run_id, s.step_index
+  loop
+    perform pgflow._emit_event(
+      jsonb_build_object(
+        'event_type', 'step:started',
+        'run_id', v_step.run_id,
+        'flow_slug', v_step.flow_slug,
+        'step_slug', v_step.step_slug,
+        'status', v_step.status,
+        'started_at', v_step.started_at,
+        'remaining_tasks', v_step.remaining_tasks,
+        'remaining_deps', v_step.remaining_deps),
+      'step:' || v_step.step_slug || ':started',
+      v_step.run_id);
+    v_runs := v_runs || v_step.run_id;
+    v_slugs := v_slugs || v_step.step_slug;
+    v_flows := v_flows || v_step.flow_slug;
+    v_queues := v_queues || v_step.queue_name;
+    v_delays := v_delays || v_step.start_delay;
+    v_counts := v_counts || v_step.initial_tasks;
+  end loop;
+
+  if cardinality(v_runs) = 0 then
+    return;
+  end if;
+
+  -- One send_batch per (queue, delay). send_batch returns the new ids in array order and ids increase along the
+  -- array, so the n-th smallest id belongs to the n-th message of the array, which is ordered by
+  -- (run_id, step_slug, task_index) exactly like the numbering of the tasks.
+  for v_group in
+    select distinct x.queue_name, x.start_delay
+      from unnest(v_queues, v_delays) as x (queue_name, start_delay)
+     order by x.queue_name, x.start_delay
+  loop
+    insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name)
+    select m.flow_slug, m.run_id, m.step_slug, m.task_index, sent.msg_id, v_group.queue_name
+      from (
+        select x.flow_slug, x.run_id, x.step_slug, i.i as task_index,
+               row_number() over (order by x.run_id, x.step_slug, i.i) as n
+          from unnest(v_flows, v_runs, v_slugs, v_queues, v_delays, v_counts)
+                 as x (flow_slug, run_id, step_slug, queue_name, start_delay, initial_tasks)
+          cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
+         where x.queue_name = v_group.queue_name
+           and x.start_delay = v_group.start_delay
+      ) as m
+      join (
+        select s.msg_id, row_number() over (order by s.msg_id) as n
+          from pgmq.send_batch(
+                 v_group.queue_name,
+                 array(
+                   select jsonb_build_object(
+                            'flow_slug', x.flow_slug,
+                            'run_id', x.run_id,
+                            'step_slug', x.step_slug,
+                            'task_index', i.i)
+                     from unnest(v_flows, v_runs, v_slugs, v_queues, v_delays, v_counts)
+                            as x (flow_slug, run_id, step_slug, queue_name, start_delay, initial_tasks)
+                     cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
+                    where x.queue_name = v_group.queue_name
+                      and x.start_delay = v_group.start_delay
+                    order by x.run_id, x.step_slug, i.i),
+                 v_group.start_delay) as s (msg_id)
+      ) as sent on sent.n = m.n;
+  end loop;
+end;
+$$;

@@ -1,0 +1,261 @@
+-- pgflow.complete_tasks(run_ids, step_slugs, task_indexes, outputs) completes many tasks in one call (one
+-- transaction), element i of the four arrays naming one task and its output. It guarantees:
+--   * the outcome is the one of calling pgflow.complete_task(run_ids[i], step_slugs[i], task_indexes[i],
+--     outputs[i]) for every i, in the order of (run_id, step_slug, task_index): every guarantee of complete_task
+--     holds for every task (one result recorded per task; late, replayed and unknown callbacks, failed runs and
+--     type violations behave exactly as there);
+--   * rows are locked in the order runs, step states, tasks, each set sorted by key, so concurrent calls (batches
+--     or single complete_task calls) never wait on each other in a cycle;
+--   * tasks that are plainly completable - run, step state and task 'started', first mention of the task in the
+--     call, the flow has no step with a condition pattern, no type violation is possible, and the same holds for
+--     every other task of the same run in the call - are completed together: one UPDATE of their tasks, one of their step states (a step whose last task completes becomes
+--     'completed' with its output in the same row version), one of the dependents (remaining_deps, map task
+--     counts), one of the runs, step:completed events in (run_id, step_index) order, taskless steps cascade,
+--     one pgmq.archive call per queue for their messages, ready steps start through
+--     pgflow._start_ready_steps_batch and finished runs complete through pgflow._maybe_complete_runs; every other
+--     task goes through pgflow.complete_task itself, afterwards;
+--   * returns one row per array element: its 1-based position and the task's status afterwards ('completed' when
+--     recorded; the status complete_task reports otherwise; NULL when no such task exists);
+--   * arrays of different lengths raise an error naming the four lengths before anything changes; NULL or empty
+--     arrays complete nothing and return nothing. An error in any task rolls the whole call back: callers that
+--     must not lose the other results call complete_task per task then.
+create or replace function pgflow.complete_tasks(run_ids uuid[], step_slugs text[], task_indexes integer[], outputs jsonb[])
+returns table (task_position integer, task_status text)
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_n         integer := coalesce(cardinality(complete_tasks.run_ids), 0);
+  v_fast      integer[];
+  v_slow      integer[];
+  v_runs      uuid[];
+  v_step      record;
+  v_queue     record;
+  v_pos       integer;
+  v_status    text;
+  v_statuses  text[];
+  v_c_steps   text[] := '{}';
+  v_c_flows   text[] := '{}';
+  v_c_outputs jsonb[] := '{}';
+begin
+  if v_n <> coalesce(cardinality(complete_tasks.step_slugs), 0)
+     or v_n <> coalesce(cardinality(complete_tasks.task_indexes), 0)
+     or v_n <> coalesce(cardinality(complete_tasks.outputs), 0) then
+    raise exception 'complete_tasks: the arrays differ in length: % run_ids, % step_slugs, % task_indexes, % outputs',
+      v_n, coalesce(cardinality(complete_tasks.step_slugs), 0), coalesce(cardinality(complete_tasks.task_indexes), 0),
+      coalesce(cardinality(complete_tasks.outputs), 0);
+  end if;
+  if v_n = 0 then
+    return;
+  end if;
+  v_statuses := array_fill(null::text, array[v_n]);
+
+  -- Lock order: runs, step states, tasks (as complete_task), each sorted.
+  perform 1
+     from pgflow.runs as r
+    where r.run_id = any (complete_tasks.run_ids)
+    order by r.run_id
+      for update;
+  perform 1
+     from pgflow.step_states as ss
+     join (select distinct x.run_id, x.step_slug
+             from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) as x (run_id, step_slug)) as k
+       on k.run_id = ss.run_id and k.step_slug = ss.step_slug
+    order by ss.run_id, ss.step_slug
+      for update of ss;
+  perform 1
+     from pgflow.step_tasks as t
+     join (select distinct x.run_id, x.step_slug, x.task_index
+             from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes)
+                    as x (run_id, step_slug, task_index)) as k
+       on k.run_id = t.run_id and k.step_slug = t.step_slug and k.task_index = t.task_index
+    order by t.run_id, t.step_slug, t.task_index
+      for update of t;
+
+  -- Split the tasks into the plainly completable ones and the rest. A run with any task of the rest has all its
+  -- tasks of this call completed one by one, so their order within the run is kept.
+  select coalesce(array_agg(c.pos order by c.pos) filter (where c.fast_run), '{}'),
+         coalesce(array_agg(c.pos order by c.run_id, c.step_slug, c.task_index, c.pos) filter (where not c.fast_run), '{}')
+    into v_fast, v_slow
+    from (
+      select f.*, bool_and(f.fast) over (partition by f.run_id) as fast_run
+        from (
+      select x.pos, x.run_id, x.step_slug, x.task_index,
+             coalesce(
+               r.status = 'started'
+               and ss.status = 'started'
+               and t.status = 'started'
+               and x.pos = min(x.pos) over (partition by x.run_id, x.step_slug, x.task_index)
+               and not exists (
+                 select 1
+                   from pgflow.steps as cs
+                  where cs.flow_slug = r.flow_slug
+                    and (cs.required_input_pattern is not null or cs.forbidden_input_pattern is not null))
+               and not (
+                 s.step_type = 'single'
+                 and jsonb_typeof(x.output) is distinct from 'array'
+                 and exists (
+                   select 1
+                     from pgflow.deps as d
+                     join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
+                     join pgflow.step_states as cst on cst.run_id = x.run_id and cst.step_slug = c.step_slug
+                    where d.flow_slug = r.flow_slug
+                      and d.dep_slug = x.step_slug
+                      and c.step_type = 'map'
+                      and cst.status = 'created'
+                      and cst.initial_tasks is null)),
+               false) as fast
+        from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes, complete_tasks.outputs)
+               with ordinality as x (run_id, step_slug, task_index, output, pos)
+        left join pgflow.runs as r on r.run_id = x.run_id
+        left join pgflow.step_states as ss on ss.run_id = x.run_id and ss.step_slug = x.step_slug
+        left join pgflow.step_tasks as t
+          on t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
+        left join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = x.step_slug
+        ) as f
+    ) as c;
+
+  if cardinality(v_fast) > 0 then
+    -- The tasks.
+    update pgflow.step_tasks as t
+       set status = 'completed',
+           completed_at = now(),
+           output = x.output
+      from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes, complete_tasks.outputs)
+             with ordinality as x (run_id, step_slug, task_index, output, pos)
+     where x.pos = any (v_fast)
+       and t.run_id = x.run_id
+       and t.step_slug = x.step_slug
+       and t.task_index = x.task_index;
+
+    -- Their step states: remaining_tasks drops by the tasks completed; a step whose last task completed becomes
+    -- 'completed' in the same row version, with its output (single: the task's output; map: all task outputs as
+    -- one array ordered by task_index).
+    for v_step in
+      with counts as (
+        select x.run_id, x.step_slug, count(*)::integer as n
+          from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) with ordinality as x (run_id, step_slug, pos)
+         where x.pos = any (v_fast)
+         group by x.run_id, x.step_slug
+      ),
+      updated as (
+        update pgflow.step_states as ss
+           set remaining_tasks = ss.remaining_tasks - c.n,
+               status = case when ss.remaining_tasks - c.n = 0 then 'completed' else ss.status end,
+               completed_at = case when ss.remaining_tasks - c.n = 0 then now() else ss.completed_at end,
+               output = case
+                          when ss.remaining_tasks - c.n <> 0 then ss.output
+                          when s.step_type = 'map' then (
+                            select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
+                              from pgflow.step_tasks as t
+                             where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.status = 'completed')
+                          else (
+                            select t.output
+                              from pgflow.step_tasks as t
+                             where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.task_index = 0)
+                        end
+          from counts as c, pgflow.steps as s
+         where ss.run_id = c.run_id
+           and ss.step_slug = c.step_slug
+           and s.flow_slug = ss.flow_slug
+           and s.step_slug = ss.step_slug
+        returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.output, ss.completed_at, s.step_index
+      )
+      select u.* from updated as u where u.status = 'completed' order by u.run_id, u.step_index
+    loop
+      v_runs := coalesce(v_runs, '{}') || v_step.run_id;
+      v_c_steps := v_c_steps || v_step.step_slug;
+      v_c_flows := v_c_flows || v_step.flow_slug;
+      v_c_outputs := v_c_outputs || v_step.output;
+      perform pgflow._emit_event(
+        jsonb_build_object(
+          'event_type', 'step:completed',
+          'run_id', v_step.run_id,
+          'flow_slug', v_step.flow_slug,
+          'step_slug', v_step.step_slug,
+          'status', v_step.status,
+          'output', v_step.output,
+          'completed_at', v_step.completed_at),
+        'step:' || v_step.step_slug || ':completed',
+        v_step.run_id);
+    end loop;
+
+    if v_runs is not null then
+      -- Dependents of the completed steps: one dependency fewer per completed parent; a dependent map learns its
+      -- task count from its parent's array.
+      update pgflow.step_states as cs
+         set remaining_deps = cs.remaining_deps - p.n,
+             initial_tasks = case
+                               when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
+                               else cs.initial_tasks
+                             end
+        from (
+          select x.run_id, d.step_slug as child_slug, ch.step_type as child_type, count(*)::integer as n,
+                 max(case when jsonb_typeof(x.output) = 'array' then jsonb_array_length(x.output) end) as output_len
+            from unnest(v_runs, v_c_steps, v_c_flows, v_c_outputs) as x (run_id, step_slug, flow_slug, output)
+            join pgflow.deps as d on d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
+            join pgflow.steps as ch on ch.flow_slug = d.flow_slug and ch.step_slug = d.step_slug
+           group by x.run_id, d.step_slug, ch.step_type
+        ) as p
+       where cs.run_id = p.run_id
+         and cs.step_slug = p.child_slug;
+
+      update pgflow.runs as r
+         set remaining_steps = r.remaining_steps - c.n
+        from (select x.run_id, count(*)::integer as n from unnest(v_runs) as x (run_id) group by x.run_id) as c
+       where r.run_id = c.run_id;
+      v_runs := array(select distinct x.run_id from unnest(v_runs) as x (run_id) order by x.run_id);
+
+      -- Taskless steps (maps over an empty array) that became ready complete by cascade. (The flows of these
+      -- runs have no conditions, so resolving conditions first would change nothing.)
+      for v_step in
+        select distinct ss.run_id
+          from pgflow.step_states as ss
+         where ss.run_id = any (v_runs)
+           and ss.status = 'created'
+           and ss.remaining_deps = 0
+           and ss.initial_tasks = 0
+         order by ss.run_id
+      loop
+        perform pgflow.cascade_complete_taskless_steps(v_step.run_id);
+      end loop;
+    end if;
+
+    -- The completed tasks' messages, one archive call per queue.
+    for v_queue in
+      select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
+        from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes)
+               with ordinality as x (run_id, step_slug, task_index, pos)
+        join pgflow.step_tasks as t
+          on t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
+       where x.pos = any (v_fast)
+         and t.message_id is not null
+       group by t.queue_name
+       order by t.queue_name
+    loop
+      perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
+    end loop;
+
+    if v_runs is not null then
+      perform pgflow._start_ready_steps_batch(v_runs);
+      perform pgflow._maybe_complete_runs(v_runs);
+    end if;
+
+    foreach v_pos in array v_fast loop
+      v_statuses[v_pos] := 'completed';
+    end loop;
+  end if;
+
+  -- Everything else, one complete_task call per task.
+  foreach v_pos in array v_slow loop
+    v_status := null;
+    select t.status into v_status
+      from pgflow.complete_task(complete_tasks.run_ids[v_pos], complete_tasks.step_slugs[v_pos],
+                                complete_tasks.task_indexes[v_pos], complete_tasks.outputs[v_pos]) as t;
+    v_statuses[v_pos] := v_status;
+  end loop;
+
+  return query select p.pos::integer, v_statuses[p.pos] from generate_series(1, v_n) as p (pos);
+end;
+$$;

@@ -1,0 +1,140 @@
+-- pgflow.start_flows(flow_slug, inputs, run_ids) starts one run per element of inputs in one call (one
+-- transaction). It guarantees:
+--   * for every input exactly what pgflow.start_flow(flow_slug, inputs[i], run_ids[i]) guarantees: the run row
+--     (run_id = run_ids[i] when given, else random; remaining_steps = number of steps) and one 'created' step
+--     state per step, run:started, conditions resolved (flows with condition patterns resolve them run by run,
+--     with the same functions start_flow calls), taskless steps completed, ready steps started with tasks and
+--     messages, and the run completed when nothing is left;
+--   * set-based work: one INSERT for all runs, one for all step states, and the ready steps of all runs start
+--     through pgflow._start_ready_steps_batch (one pgmq.send_batch per queue and delay), finished runs complete
+--     through pgflow._maybe_complete_runs; events of one run keep start_flow's order;
+--   * a flow with root map steps needs an array input for every run: SQL NULL raises
+--     'Flow <slug> has root map steps but input <n> is NULL', any other JSON type raises
+--     'Flow <slug> has root map steps but input <n> is not an array (got <type>)' (P0001, n counting from 1),
+--     before anything is written;
+--   * run_ids, when not NULL, must have one element per input (NULL elements mean random ids), else an error
+--     names both lengths; an existing or repeated run id fails the whole call (runs_pkey), an unknown flow fails
+--     it with runs_flow_slug_fkey, a NULL input of a flow without root maps with the not-null violation on
+--     runs.input - the call is atomic: all runs start or none;
+--   * returns the run rows as they are at the end, in the order of inputs; NULL or empty inputs start nothing.
+create or replace function pgflow.start_flows(flow_slug text, inputs jsonb[], run_ids uuid[] default null)
+returns setof pgflow.runs
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_n          integer := coalesce(cardinality(start_flows.inputs), 0);
+  v_ids        uuid[];
+  v_step_count integer;
+  v_root_maps  integer;
+  v_conditions boolean;
+  v_bad        record;
+  v_run        record;
+begin
+  if v_n = 0 then
+    return;
+  end if;
+  if start_flows.run_ids is not null and cardinality(start_flows.run_ids) <> v_n then
+    raise exception 'start_flows: % run_ids given for % inputs', cardinality(start_flows.run_ids), v_n;
+  end if;
+
+  select count(*),
+         count(*) filter (where s.step_type = 'map' and s.deps_count = 0),
+         coalesce(bool_or(s.required_input_pattern is not null or s.forbidden_input_pattern is not null), false)
+    into v_step_count, v_root_maps, v_conditions
+    from pgflow.steps as s
+   where s.flow_slug = start_flows.flow_slug;
+
+  if v_root_maps > 0 then
+    select x.pos, jsonb_typeof(x.input) as type into v_bad
+      from unnest(start_flows.inputs) with ordinality as x (input, pos)
+     where jsonb_typeof(x.input) is distinct from 'array'
+     order by x.pos
+     limit 1;
+    if found and v_bad.type is null then
+      raise exception 'Flow % has root map steps but input % is NULL', start_flows.flow_slug, v_bad.pos;
+    elsif found then
+      raise exception 'Flow % has root map steps but input % is not an array (got %)',
+        start_flows.flow_slug, v_bad.pos, v_bad.type;
+    end if;
+  end if;
+
+  v_ids := array(
+    select coalesce(start_flows.run_ids[p.pos], gen_random_uuid())
+      from generate_series(1, v_n) as p (pos)
+     order by p.pos);
+
+  insert into pgflow.runs (run_id, flow_slug, input, remaining_steps)
+  select x.run_id, start_flows.flow_slug, x.input, v_step_count
+    from unnest(v_ids, start_flows.inputs) with ordinality as x (run_id, input, pos)
+   order by x.pos;
+
+  insert into pgflow.step_states (flow_slug, run_id, step_slug, remaining_deps, initial_tasks)
+  select s.flow_slug,
+         x.run_id,
+         s.step_slug,
+         s.deps_count,
+         case
+           when s.step_type = 'map' and s.deps_count = 0 then jsonb_array_length(x.input)
+           when s.step_type = 'map' then null
+           else 1
+         end
+    from unnest(v_ids, start_flows.inputs) with ordinality as x (run_id, input, pos)
+    cross join pgflow.steps as s
+   where s.flow_slug = start_flows.flow_slug
+   order by x.pos, s.step_index;
+
+  for v_run in
+    select r.run_id, r.flow_slug, r.input, r.status, r.remaining_steps, r.started_at
+      from unnest(v_ids) with ordinality as x (run_id, pos)
+      join pgflow.runs as r on r.run_id = x.run_id
+     order by x.pos
+  loop
+    perform pgflow._emit_event(
+      jsonb_build_object(
+        'event_type', 'run:started',
+        'run_id', v_run.run_id,
+        'flow_slug', v_run.flow_slug,
+        'input', v_run.input,
+        'status', v_run.status,
+        'remaining_steps', v_run.remaining_steps,
+        'started_at', v_run.started_at),
+      'run:started',
+      v_run.run_id);
+  end loop;
+
+  if v_conditions then
+    -- As start_flow: conditions first, then taskless steps, run by run.
+    for v_run in select x.run_id from unnest(v_ids) with ordinality as x (run_id, pos) order by x.pos loop
+      if pgflow.cascade_resolve_conditions(v_run.run_id) then
+        perform pgflow.cascade_complete_taskless_steps(v_run.run_id);
+      end if;
+    end loop;
+  else
+    -- Without conditions only runs with a ready taskless step (a root map over an empty array) have anything to
+    -- cascade.
+    for v_run in
+      select distinct ss.run_id
+        from pgflow.step_states as ss
+       where ss.run_id = any (v_ids)
+         and ss.status = 'created'
+         and ss.remaining_deps = 0
+         and ss.initial_tasks = 0
+       order by ss.run_id
+    loop
+      perform pgflow.cascade_complete_taskless_steps(v_run.run_id);
+    end loop;
+  end if;
+
+  -- Runs whose conditions failed them are no longer 'started': both calls leave them alone.
+  perform pgflow._start_ready_steps_batch(v_ids);
+  perform pgflow._maybe_complete_runs(v_ids);
+
+  return query
+    select r.*
+      from unnest(v_ids) with ordinality as x (run_id, pos)
+      join pgflow.runs as r on r.run_id = x.run_id
+     order by x.pos;
+end;
+$$;
