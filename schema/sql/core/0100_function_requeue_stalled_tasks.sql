@@ -10,7 +10,9 @@
 --   * a stalled task already requeued 3 times is given up: permanently_stalled_at is set and it fails through
 --     the ordinary failure path, pgflow.fail_task, as an exhausted task, so its step and run fail, or the step is
 --     skipped per when_exhausted (upstream pgflow left such runs 'started' forever);
---   * returns the number of tasks requeued (not counting the ones given up).
+--   * returns the number of tasks requeued (not counting the ones given up);
+--   * any timeout the tables accept works, up to 2147483647 s: the threshold is computed in bigint, so one flow
+--     with an absurd timeout cannot make every call fail with "integer out of range" (v0.17.0 did).
 create or replace function pgflow.requeue_stalled_tasks()
 returns integer
 language plpgsql
@@ -36,7 +38,7 @@ begin
          and t.requeued_count < 3
          and r.status = 'started'
          and ss.status = 'started'
-         and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
+         and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout)::bigint + 30)
          for update of t skip locked
     ),
     requeued as (
@@ -80,7 +82,7 @@ begin
        and t.requeued_count >= 3
        and r.status = 'started'
        and ss.status = 'started'
-       and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout) + 30)
+       and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout)::bigint + 30)
      order by t.run_id, s.step_index, t.task_index
   loop
     -- Lock the run first, like complete_task and fail_task, then re-check: a callback may have won meanwhile.
@@ -93,7 +95,7 @@ begin
        and t.task_index = v_task.task_index
        and t.status = 'started'
        and t.permanently_stalled_at is null
-       and t.started_at < now() - make_interval(secs => v_task.timeout_seconds + 30);
+       and t.started_at < now() - make_interval(secs => v_task.timeout_seconds::bigint + 30);
 
     if found then
       perform pgflow.fail_task(

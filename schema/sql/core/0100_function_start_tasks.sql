@@ -13,7 +13,9 @@
 --     concurrent calls naming the same ids each task goes to one caller only, and only rows this call actually
 --     claimed are returned. No PGMQ row is locked;
 --   * every claimed message's visibility is set to the effective step timeout (steps.opt_timeout, else
---     flows.opt_timeout) + 2 seconds from now, in the queue the task stored (one set_vt_batch call per queue);
+--     flows.opt_timeout) + 2 seconds from now, at most 2147483647 s (a timeout near the integer limit cannot make
+--     the claim fail with "integer out of range", as in v0.17.0), in the queue the task stored (one set_vt_batch
+--     call per queue);
 --   * returns one step_task_record per claimed task, ordered by msg_id: input = the element task_index of the run
 --     input (root map), of the dependency's stored output (dependent map), or {<dep_slug>: <output>} over the
 --     completed dependencies ({} for root steps); flow_input = the run input for single steps without
@@ -71,7 +73,7 @@ begin
     )
     select c.queue_name,
            array_agg(c.message_id order by c.message_id) as msg_ids,
-           array_agg(coalesce(s.opt_timeout, f.opt_timeout) + 2 order by c.message_id) as vt_offsets
+           array_agg(least(coalesce(s.opt_timeout, f.opt_timeout), 2147483645) + 2 order by c.message_id) as vt_offsets
       from claimed as c
       join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
       join pgflow.flows as f on f.flow_slug = c.flow_slug
