@@ -408,3 +408,68 @@ func TestReliabilityAbsurdTimeoutsAreHarmless(t *testing.T) {
 	require.Equal(t, 1, requeued)
 	require.EqualValues(t, 2, queryInt(t, db.Pool, `select count(*) from pgflow.step_tasks where status = 'started'`))
 }
+
+// Malformed messages and messages of another flow in a flow's queue are never claimed and never touched: the
+// worker logs each once per delivery with its id (never its body) and leaves it as it is; no handler runs, no
+// row changes. Real tasks in the same queue still run.
+func TestReliabilityForeignAndMalformedMessages(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := relDB(t)
+	compileRelFlow(t, db.Pool, reliability.OneStepFlow)
+	compileRelFlow(t, db.Pool, reliability.MapFlow)
+	// Misroute rel_map's steps into rel_one's queue: its tasks' messages land there.
+	_, err := db.Pool.Exec(ctx, `update pgflow.steps set queue_name = 'rel_one' where flow_slug = 'rel_map'`)
+	require.NoError(t, err)
+	mapRun := startRelRuns(t, db.Pool, reliability.MapFlow, reliability.Input{Items: 2}, 1)[0]
+	var foreignMsg int64
+	require.NoError(t, db.Pool.QueryRow(ctx,
+		`select message_id from pgflow.step_tasks where run_id = $1::uuid and queue_name = 'rel_one'`, mapRun).Scan(&foreignMsg))
+
+	bodies := []string{
+		`"garbage"`,
+		`null`,
+		`[]`,
+		`{"flow_slug": "rel_one", "run_id": "not-a-uuid", "step_slug": "work", "task_index": 0}`,
+		`{"flow_slug": "rel_one", "run_id": "` + mapRun + `", "step_slug": "list", "task_index": 0}`,
+		`{"flow_slug": "rel_one'; delete from pgflow.runs; --", "run_id": "` + reliability.NewUUID() + `"}`,
+	}
+	var junk []int64
+	for _, b := range bodies {
+		var id int64
+		require.NoError(t, db.Pool.QueryRow(ctx, `select pgmq.send('rel_one', $1::jsonb)`, b).Scan(&id))
+		junk = append(junk, id)
+	}
+	before, err := reliability.Snapshot(ctx, db.Pool, "pgflow.workers")
+	require.NoError(t, err)
+
+	logger, logs := newRelLogger(t, "worker")
+	flow := relFlow(t, reliability.OneStepFlow, reliability.Handlers{Recorder: reliability.DBRecorder{DB: db.Pool}})
+	w := runInProc(t, db.Pool, flow, relWorkerConfig(logger))
+	eventually(t, relWait, "the worker to explain every foreign and malformed message", func() bool {
+		text := logs.String()
+		for _, id := range junk {
+			if !strings.Contains(text, fmt.Sprintf(`msg="message has no matching task; left in the queue untouched (it reappears after its visibility timeout until an operator archives or deletes it)" flow=rel_one worker_id=%s queue=rel_one msg_id=%d`, w.w.ID(), id)) {
+				return false
+			}
+		}
+		return strings.Contains(text, fmt.Sprintf("msg_id=%d task_flow=rel_map", foreignMsg))
+	})
+	require.NoError(t, w.stop())
+	for _, b := range bodies {
+		require.NotContains(t, logs.String(), b, "message bodies are never logged")
+	}
+	after, err := reliability.Snapshot(ctx, db.Pool, "pgflow.workers")
+	require.NoError(t, err)
+	require.Equal(t, before, after, "foreign and malformed messages changed the database")
+
+	// With the junk still in the queue, a real run of the flow completes.
+	w2 := runInProc(t, db.Pool, flow, relWorkerConfig(logger))
+	runID := startRelRuns(t, db.Pool, reliability.OneStepFlow, reliability.Input{}, 1)[0]
+	eventually(t, relWait, "the real run to complete", func() bool {
+		return queryInt(t, db.Pool, `select count(*) from pgflow.runs where run_id = $1::uuid and status = 'completed'`, runID) == 1
+	})
+	require.NoError(t, w2.stop())
+	require.EqualValues(t, len(junk)+1, queryInt(t, db.Pool, `select count(*) from pgmq.q_rel_one`), "the junk and the foreign task's message are still there")
+	require.EqualValues(t, 1, queryInt(t, db.Pool, `select count(*) from reliability.invocations`))
+}
