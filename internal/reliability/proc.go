@@ -43,6 +43,7 @@ type ProcConfig struct {
 	PoolSize      int           // default MaxConcurrent + 4
 	LogLevel      string        // debug (default), info, warn
 	ShutdownAfter time.Duration // WorkerConfig.ShutdownTimeout; default 5 s
+	Env           []string      // extra environment variables ("NAME=value")
 }
 
 // Process is a running test worker.
@@ -106,7 +107,7 @@ func StartProcess(t testing.TB, bin string, cfg ProcConfig) *Process {
 		"-shutdown-timeout", cfg.ShutdownAfter.String(),
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), EnvDatabaseURL+"="+cfg.DatabaseURL)
+	cmd.Env = append(append(os.Environ(), EnvDatabaseURL+"="+cfg.DatabaseURL), cfg.Env...)
 	out := &SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	// The worker dies with the test binary even if the test binary is killed.

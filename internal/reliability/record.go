@@ -44,6 +44,7 @@ create table if not exists realtime.captured (
 create or replace function realtime.send(payload jsonb, event text, topic text, private boolean)
 returns void
 language sql
+security definer
 set search_path = ''
 as $fn$
   insert into realtime.captured (payload, event, topic, private) values (payload, event, topic, private);

@@ -1,0 +1,154 @@
+-- Optional role model for pgflow-go, NOT installed by migrations. Run it by hand as a superuser, in the database
+-- that holds the pgflow schema, after installing or upgrading the schema (`pgflow snippet print roles | psql`,
+-- or schema.OptionalSQL("roles")). It is idempotent: run it again after every migration, so new functions and
+-- tables get their privileges.
+--
+-- Three group roles (NOLOGIN); grant them to your login roles, e.g. `grant pgflow_worker to orders_worker`:
+--
+--   pgflow_owner  - owns the schemas pgflow and pgmq and everything in them that is not part of an extension.
+--                   Run migrations and flow compilation (migration files from Flow.CompileSQL, or a deploy step
+--                   that runs pgflow.ensure_flow_compiled) as this role (`set role pgflow_owner`), so new queues
+--                   are owned by it and reach the worker role through the default privileges below.
+--                   SECURITY DEFINER functions run with its rights.
+--   pgflow_worker - what a worker needs, nothing more: read definitions, poll, claim, complete, fail, heartbeat,
+--                   register, recover stalled tasks. It reads flows, steps and deps but cannot change them: a
+--                   worker whose flow is missing or differs from the database fails at startup with "permission
+--                   denied" instead of compiling it, and it cannot delete flows or data, nor create or drop
+--                   anything.
+--   pgflow_client - start runs and read runs with their step states: only the SECURITY DEFINER functions
+--                   pgflow.start_flow_with_states and pgflow.get_run_with_states (what the Go client calls), and
+--                   LISTEN, which needs no privilege. It can read no table, cannot claim, complete or fail tasks,
+--                   and has no access to PGMQ.
+--
+-- Guarantees after a successful run:
+--   * the three roles exist (existing roles are kept as they are: attributes and memberships are not changed);
+--   * every table, sequence, view, composite type and function of the schemas pgflow and pgmq that is not a member
+--     of an extension is owned by pgflow_owner, and so are the two schemas (when the real pgmq extension is used,
+--     its objects keep their owner and the worker role gets the privileges it needs on them);
+--   * PUBLIC can execute no pgflow function, and functions pgflow_owner creates later are not executable by PUBLIC;
+--   * pgflow_worker: USAGE on both schemas; SELECT on pgflow.flows, steps, deps; SELECT, INSERT, UPDATE on runs,
+--     step_states, step_tasks, workers, worker_functions; SELECT, INSERT, UPDATE, DELETE on every PGMQ queue and
+--     archive table (and, through default privileges, on queues pgflow_owner creates later), SELECT on
+--     pgmq.meta, USAGE/SELECT/UPDATE on PGMQ sequences; EXECUTE on every pgflow function except the ones that
+--     change definitions (create_flow, add_step, _create_flow_from_shape, delete_flow_and_data) and the optional
+--     prune_data_older_than, and on every pgmq function;
+--   * pgflow_client: USAGE on schema pgflow and EXECUTE on start_flow_with_states and get_run_with_states only;
+--   * when realtime.send(jsonb, text, text, boolean) exists (Supabase), pgflow_owner and pgflow_worker may call it.
+-- Everything happens in one transaction when the caller runs the file in one (psql --single-transaction).
+
+do $roles$
+declare
+  v_role text;
+begin
+  foreach v_role in array array['pgflow_owner', 'pgflow_worker', 'pgflow_client'] loop
+    if not exists (select 1 from pg_catalog.pg_roles as r where r.rolname = v_role) then
+      begin
+        execute format('create role %I nologin', v_role);
+      exception when duplicate_object or unique_violation then
+        null; -- created concurrently by another session: fine
+      end;
+    end if;
+  end loop;
+end;
+$roles$;
+
+-- Ownership: the owner role owns both schemas and their non-extension objects.
+do $owner$
+declare
+  v_obj record;
+begin
+  for v_obj in
+    select n.nspname
+      from pg_catalog.pg_namespace as n
+     where n.nspname in ('pgflow', 'pgmq')
+       and not exists (select 1 from pg_catalog.pg_depend as d
+                        where d.classid = 'pg_catalog.pg_namespace'::regclass and d.objid = n.oid and d.deptype = 'e')
+  loop
+    execute format('alter schema %I owner to pgflow_owner', v_obj.nspname);
+  end loop;
+
+  for v_obj in
+    select c.oid::regclass::text as name, c.relkind
+      from pg_catalog.pg_class as c
+      join pg_catalog.pg_namespace as n on n.oid = c.relnamespace
+     where n.nspname in ('pgflow', 'pgmq')
+       and c.relkind in ('r', 'p', 'v', 'm', 'S', 'c')
+       and not exists (select 1 from pg_catalog.pg_depend as d
+                        where d.classid = 'pg_catalog.pg_class'::regclass and d.objid = c.oid and d.deptype = 'e')
+       -- sequences owned by a column (serial, identity) follow their table
+       and not (c.relkind = 'S' and exists (select 1 from pg_catalog.pg_depend as d
+                                             where d.classid = 'pg_catalog.pg_class'::regclass and d.objid = c.oid
+                                               and d.deptype in ('a', 'i')))
+     order by c.relkind desc, 1
+  loop
+    execute format('alter %s %s owner to pgflow_owner',
+                   case v_obj.relkind when 'S' then 'sequence' when 'v' then 'view'
+                                      when 'm' then 'materialized view' when 'c' then 'type' else 'table' end,
+                   v_obj.name);
+  end loop;
+
+  for v_obj in
+    select p.oid::regprocedure::text as name
+      from pg_catalog.pg_proc as p
+      join pg_catalog.pg_namespace as n on n.oid = p.pronamespace
+     where n.nspname in ('pgflow', 'pgmq')
+       and not exists (select 1 from pg_catalog.pg_depend as d
+                        where d.classid = 'pg_catalog.pg_proc'::regclass and d.objid = p.oid and d.deptype = 'e')
+     order by 1
+  loop
+    execute format('alter routine %s owner to pgflow_owner', v_obj.name);
+  end loop;
+end;
+$owner$;
+
+-- Nobody but the owner may use the schemas unless granted below.
+revoke all on schema pgflow from public;
+revoke execute on all functions in schema pgflow from public;
+alter default privileges for role pgflow_owner in schema pgflow revoke execute on functions from public;
+
+-- Worker.
+grant usage on schema pgflow, pgmq to pgflow_worker;
+grant select on pgflow.flows, pgflow.steps, pgflow.deps to pgflow_worker;
+grant select, insert, update on pgflow.runs, pgflow.step_states, pgflow.step_tasks, pgflow.workers,
+  pgflow.worker_functions to pgflow_worker;
+grant execute on all functions in schema pgflow to pgflow_worker;
+do $worker$
+declare
+  v_fn record;
+begin
+  for v_fn in
+    select p.oid::regprocedure::text as name
+      from pg_catalog.pg_proc as p
+      join pg_catalog.pg_namespace as n on n.oid = p.pronamespace
+     where n.nspname = 'pgflow'
+       and p.proname in ('create_flow', 'add_step', '_create_flow_from_shape', 'delete_flow_and_data',
+                         'prune_data_older_than')
+  loop
+    execute format('revoke execute on function %s from pgflow_worker', v_fn.name);
+  end loop;
+end;
+$worker$;
+grant select, insert, update, delete on all tables in schema pgmq to pgflow_worker;
+revoke insert, update, delete on pgmq.meta from pgflow_worker;
+grant usage, select, update on all sequences in schema pgmq to pgflow_worker;
+grant execute on all functions in schema pgmq to pgflow_worker;
+alter default privileges for role pgflow_owner in schema pgmq
+  grant select, insert, update, delete on tables to pgflow_worker;
+alter default privileges for role pgflow_owner in schema pgmq
+  grant usage, select, update on sequences to pgflow_worker;
+
+-- Supabase Realtime: pgflow._emit_event calls realtime.send(jsonb, text, text, boolean) when it exists, as the
+-- role running the orchestration (the worker, or the owner inside SECURITY DEFINER functions).
+do $realtime$
+begin
+  if pg_catalog.to_regprocedure('realtime.send(jsonb,text,text,boolean)') is not null then
+    grant usage on schema realtime to pgflow_owner, pgflow_worker;
+    grant execute on function realtime.send(jsonb, text, text, boolean) to pgflow_owner, pgflow_worker;
+  end if;
+end;
+$realtime$;
+
+-- Client.
+grant usage on schema pgflow to pgflow_client;
+grant execute on function pgflow.start_flow_with_states(text, jsonb, uuid), pgflow.get_run_with_states(uuid)
+  to pgflow_client;
