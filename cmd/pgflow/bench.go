@@ -97,6 +97,7 @@ measures the window after the warm-up. See docs/performance.md for the method.`,
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVar(&noBar, "no-progress", false, "do not draw the progress bar (it is drawn on a terminal only)")
 	f.BoolVar(&verbose, "verbose", false, "show the workers' warnings")
+	addSoakMode(cmd, opts) // --soak DURATION: the reliability soak (soak.go)
 	return cmd
 }
 
