@@ -71,8 +71,10 @@ type Worker struct {
 
 	inputs *runInputCache
 	used   atomic.Bool
-	hooks  workerHooks
-	obs    *observer // delivers events to WorkerConfig.Hooks; nil without hooks
+	// batching: the schema has pgflow.complete_tasks and queue notifications (v0.18.0); read at startup.
+	batching bool
+	hooks    workerHooks
+	obs      *observer // delivers events to WorkerConfig.Hooks; nil without hooks
 }
 
 // workerHooks lets the package's tests observe and shorten the worker's lifecycle. The zero value is production
@@ -225,6 +227,13 @@ func (w *Worker) startup(ctx context.Context) (registering bool, err error) {
 		return false, err
 	}
 	w.log = w.log.With("queue", w.queue)
+	err = w.retryStartup(ctx, "look for pgflow.complete_tasks", func(ctx context.Context) (err error) {
+		w.batching, err = sqlapi.HasWorkerBatching(ctx, w.pool)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
 	err = w.retryStartup(ctx, "register the worker", func(ctx context.Context) error {
 		return sqlapi.RegisterWorker(ctx, w.pool, w.cfg.WorkerID, w.queue, workerFunctionName)
 	})
@@ -312,6 +321,8 @@ type workerRun struct {
 	abandon   context.CancelFunc
 
 	sem      chan struct{} // one token per running task
+	batcher  *completionBatcher
+	waker    *queueWaker // nil: poll with pgmq.read_with_poll
 	tasks    sync.WaitGroup
 	inFlight atomic.Int64
 }
@@ -336,7 +347,19 @@ func (w *Worker) serve(ctx context.Context) {
 		bg.Go(func() { r.maintenanceLoop(r.loopCtx) })
 	}
 
+	r.batcher = newCompletionBatcher(r)
+	if w.batching && w.cfg.Listen {
+		waker, err := newQueueWaker(w.pool, w.queue, w.log)
+		if err != nil {
+			w.log.Warn("cannot listen for queue notifications; polling instead", "error", err)
+		} else {
+			r.waker = waker
+		}
+	}
 	r.pollLoop()
+	if r.waker != nil {
+		r.waker.close()
+	}
 
 	cause := context.Cause(r.loopCtx)
 	reason := "context cancelled"
@@ -348,6 +371,7 @@ func (w *Worker) serve(ctx context.Context) {
 		w.hooks.shutdownBegun()
 	}
 	r.drain()
+	r.batcher.stop()
 	stopHeartbeat()
 	bg.Wait()
 	w.markStopped(ctx)
@@ -413,30 +437,63 @@ func (r *workerRun) release(n int) {
 	}
 }
 
+// claimLinger is how long a busy worker waits for more free slots before it reads, so that it claims many tasks
+// per round trip instead of one each time a single slot frees up.
+const claimLinger = 5 * time.Millisecond
+
+// gatherSlots takes one free slot (waiting for it), then every slot free right now, up to BatchSize. When the
+// last read found a full batch (more work is likely waiting) and tasks are still running, it waits up to
+// claimLinger for more slots to free up. ok is false when shutdown began (no slot is held then).
+func (r *workerRun) gatherSlots(backlog bool) (n int, ok bool) {
+	select {
+	case r.sem <- struct{}{}:
+	case <-r.loopCtx.Done():
+		return 0, false
+	}
+	n = 1
+	var linger <-chan time.Time
+	for n < r.cfg.BatchSize {
+		select {
+		case r.sem <- struct{}{}:
+			n++
+			continue
+		default:
+		}
+		if !backlog || r.inFlight.Load() == 0 {
+			return n, true
+		}
+		if linger == nil {
+			t := time.NewTimer(claimLinger)
+			defer t.Stop()
+			linger = t.C
+		}
+		select {
+		case r.sem <- struct{}{}:
+			n++
+		case <-linger:
+			return n, true
+		case <-r.loopCtx.Done():
+			r.release(n)
+			return 0, false
+		}
+	}
+	return n, true
+}
+
 // pollLoop reads and claims messages while free slots exist, until shutdown begins.
 func (r *workerRun) pollLoop() {
 	failures := 0
+	backlog := false // the last read returned as many messages as it asked for
 	for {
 		if r.loopCtx.Err() != nil {
 			return
 		}
-		select {
-		case r.sem <- struct{}{}:
-		case <-r.loopCtx.Done():
+		n, ok := r.gatherSlots(backlog)
+		if !ok {
 			return
 		}
-		n := 1
-	fill:
-		for n < r.cfg.BatchSize {
-			select {
-			case r.sem <- struct{}{}:
-				n++
-			default:
-				break fill
-			}
-		}
 		pollStart := time.Now()
-		msgs, err := sqlapi.ReadWithPoll(r.loopCtx, r.w.pool, r.w.queue, r.cfg.vtSeconds, n, r.cfg.maxPollSeconds, r.cfg.pollIntervalMs)
+		read, tasks, err := r.poll(n)
 		if err != nil {
 			r.release(n)
 			if r.loopCtx.Err() != nil {
@@ -452,15 +509,8 @@ func (r *workerRun) pollLoop() {
 			continue
 		}
 		failures = 0
-		if len(msgs) == 0 || r.loopCtx.Err() != nil {
-			// After shutdown began, read messages are not claimed: they become visible again after the
-			// visibility timeout and another worker takes them.
-			r.w.obs.polled(r.w, pollStart, len(msgs), 0, nil)
-			r.release(n)
-			continue
-		}
-		tasks := r.claim(msgs)
-		r.w.obs.polled(r.w, pollStart, len(msgs), len(tasks), nil)
+		backlog = read == n
+		r.w.obs.polled(r.w, pollStart, read, len(tasks), nil)
 		r.release(n - len(tasks))
 		for _, t := range tasks {
 			r.w.obs.taskClaimed(r.taskMeta(t))
@@ -588,9 +638,16 @@ func (r *workerRun) runTask(t sqlapi.ClaimedTask) {
 	r.w.obs.taskFinished(ctx, meta, r.reportFailure(log, t, msg))
 }
 
-// reportCompletion records a successful task and returns what became of it. An output the database rejects (e.g.
-// a string with a NUL character, which jsonb cannot hold) fails the task instead.
+// reportCompletion records a successful task and returns what became of it. Completions of handlers that finish
+// at about the same time are recorded together, in one transaction (completionBatcher); the outcome is the same
+// as recording each alone with completeOne.
 func (r *workerRun) reportCompletion(log *slog.Logger, t sqlapi.ClaimedTask, out json.RawMessage) TaskOutcome {
+	return r.batcher.complete(log, t, out)
+}
+
+// completeOne records one successful task with pgflow.complete_task. An output the database rejects (e.g. a
+// string with a NUL character, which jsonb cannot hold) fails the task instead.
+func (r *workerRun) completeOne(log *slog.Logger, t sqlapi.ClaimedTask, out json.RawMessage) TaskOutcome {
 	status, err := r.report(log, "complete_task", func(ctx context.Context) (string, error) {
 		return sqlapi.CompleteTask(ctx, r.w.pool, t.RunID, t.StepSlug, t.TaskIndex, out)
 	})

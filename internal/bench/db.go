@@ -104,9 +104,18 @@ func connect(ctx context.Context, url, app string) (*pgx.Conn, error) {
 }
 
 func newPool(ctx context.Context, url, app string, size int) (*pgxpool.Pool, error) {
+	return newTracedPool(ctx, url, app, size, nil)
+}
+
+// newTracedPool is newPool with a tracer on every connection (also on connections made from the pool's
+// ConnConfig, such as a worker's listener).
+func newTracedPool(ctx context.Context, url, app string, size int, tracer *statementCounter) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("bench: bad database URL: %w", err)
+	}
+	if tracer != nil {
+		cfg.ConnConfig.Tracer = tracer
 	}
 	cfg.MaxConns = int32(size)
 	cfg.ConnConfig.RuntimeParams["application_name"] = app
@@ -120,6 +129,26 @@ func newPool(ctx context.Context, url, app string, size int) (*pgxpool.Pool, err
 	}
 	return pool, nil
 }
+
+// statementCounter counts the statements its connections send (each statement of a batch counts).
+type statementCounter struct{ n atomic.Int64 }
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (c *statementCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (c *statementCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	c.n.Add(1)
+}
+
+func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // counters are the database-wide cost counters at one moment.
 type counters struct {

@@ -82,8 +82,9 @@ type Result struct {
 	TotalWALBytes   int64   `json:"total_wal_bytes"`
 	TotalRowsWriten int64   `json:"total_rows_written"`
 
-	IdleStatementsPerSec float64 `json:"idle_statements_per_sec,omitempty"`
-	IdleWALBytesPerSec   float64 `json:"idle_wal_bytes_per_sec,omitempty"`
+	IdleStatementsPerSec   float64 `json:"idle_statements_per_sec,omitempty"`   // statements the worker sent
+	IdleTransactionsPerSec float64 `json:"idle_transactions_per_sec,omitempty"` // pg_stat_database commits, all sessions
+	IdleWALBytesPerSec     float64 `json:"idle_wal_bytes_per_sec,omitempty"`
 
 	Ratios Ratios `json:"ratios"`
 }
@@ -219,8 +220,8 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	}
 	for _, r := range rep.Results {
 		if r.Scenario == ScenarioIdle {
-			fmt.Fprintf(w, "\nidle worker (%s): %.2f statements/s (×base %.5f), %.0f WAL bytes/s over %.1fs\n",
-				r.Mode, r.IdleStatementsPerSec, r.Ratios.IdleRequests, r.IdleWALBytesPerSec, r.Seconds)
+			fmt.Fprintf(w, "\nidle worker (%s): %.2f statements/s sent (×base %.5f); database: %.2f transactions/s, %.0f WAL bytes/s; over %.1fs\n",
+				r.Mode, r.IdleStatementsPerSec, r.Ratios.IdleRequests, r.IdleTransactionsPerSec, r.IdleWALBytesPerSec, r.Seconds)
 		}
 	}
 	var notes []string

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgflow-go/pgflow"
+	"github.com/pgflow-go/pgflow/internal/sqlapi"
 )
 
 // Run runs the benchmark described by cfg and returns its report.
@@ -60,7 +61,12 @@ func (e *env) run(ctx context.Context, cfg Config) (*Report, error) {
 		case ScenarioLatency:
 			res, err = e.runLatency(ctx, cfg, progress(name))
 		case ScenarioIdle:
-			res, err = e.runIdle(ctx, cfg, progress(name))
+			// The default configuration polls inside the database; Listen waits for notifications.
+			res, err = e.runIdle(ctx, cfg, "default WorkerConfig", pgflow.WorkerConfig{}, progress(name))
+			if err == nil {
+				rep.Results = append(rep.Results, *res)
+				res, err = e.runIdle(ctx, cfg, "WorkerConfig{Listen: true}", pgflow.WorkerConfig{Listen: true}, progress(name))
+			}
 		default:
 			res, err = e.runThroughput(ctx, cfg, name, progress(name))
 		}
@@ -114,6 +120,10 @@ type workerSet struct {
 // startWorkers starts n workers for a fresh definition of the scenario's flow and waits until they have
 // registered.
 func (e *env) startWorkers(ctx context.Context, cfg Config, scenario string, n int, wcfg pgflow.WorkerConfig) (*workerSet, error) {
+	return e.startTracedWorkers(ctx, cfg, scenario, n, wcfg, nil)
+}
+
+func (e *env) startTracedWorkers(ctx context.Context, cfg Config, scenario string, n int, wcfg pgflow.WorkerConfig, tracer *statementCounter) (*workerSet, error) {
 	ws := &workerSet{done: make(chan error, n), n: n}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ws.cancel = cancel
@@ -124,7 +134,7 @@ func (e *env) startWorkers(ctx context.Context, cfg Config, scenario string, n i
 			ws.stop()
 			return nil, err
 		}
-		pool, err := newPool(ctx, e.url, fmt.Sprintf("%s-%d", workerApp, i), cfg.PoolSize)
+		pool, err := newTracedPool(ctx, e.url, fmt.Sprintf("%s-%d", workerApp, i), cfg.PoolSize, tracer)
 		if err != nil {
 			ws.stop()
 			return nil, err
@@ -189,6 +199,7 @@ func workerConfig(cfg Config) pgflow.WorkerConfig {
 		PollInterval:      10 * time.Millisecond,
 		HeartbeatInterval: 5 * time.Second,
 		ShutdownTimeout:   30 * time.Second,
+		Listen:            true,
 	}
 }
 
@@ -208,13 +219,13 @@ func startRuns(ctx context.Context, db *pgxpool.Pool, bf *benchFlow, n, batch in
 	return nil
 }
 
-// startBatch starts k runs in one transaction.
+// startBatch starts k runs in one transaction with pgflow.start_flows.
 func startBatch(ctx context.Context, db *pgxpool.Pool, bf *benchFlow, k int) error {
-	var b pgx.Batch
-	for range k {
-		b.Queue(`select from pgflow.start_flow(flow_slug => $1::text, input => $2::jsonb)`, bf.slug, string(bf.input))
+	inputs := make([]json.RawMessage, k)
+	for i := range inputs {
+		inputs[i] = bf.input
 	}
-	if err := db.SendBatch(ctx, &b).Close(); err != nil {
+	if _, err := sqlapi.StartFlows(ctx, db, bf.slug, inputs, nil); err != nil {
 		return fmt.Errorf("start %d runs of %q: %w", k, bf.slug, err)
 	}
 	return nil
@@ -666,9 +677,9 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 	return res, nil
 }
 
-// runIdle measures what a worker with nothing to do costs the database: transactions per second (every
-// statement the worker sends is one transaction) with the default worker configuration.
-func (e *env) runIdle(ctx context.Context, cfg Config, progress func(Progress)) (*Result, error) {
+// runIdle measures what a worker with nothing to do (configured by wcfg) costs the database: the statements it
+// sends per second, and the database's transactions and WAL per second.
+func (e *env) runIdle(ctx context.Context, cfg Config, mode string, wcfg pgflow.WorkerConfig, progress func(Progress)) (*Result, error) {
 	bf, err := flowFor(ScenarioIdle)
 	if err != nil {
 		return nil, err
@@ -676,15 +687,17 @@ func (e *env) runIdle(ctx context.Context, cfg Config, progress func(Progress)) 
 	if err := e.prepareFlow(ctx, bf); err != nil {
 		return nil, err
 	}
-	res := &Result{Scenario: ScenarioIdle, Mode: "default WorkerConfig", Workers: 1}
-	ws, err := e.startWorkers(ctx, cfg, ScenarioIdle, 1, pgflow.WorkerConfig{})
+	res := &Result{Scenario: ScenarioIdle, Mode: mode, Workers: 1}
+	var counter statementCounter
+	ws, err := e.startTracedWorkers(ctx, cfg, ScenarioIdle, 1, wcfg, &counter)
 	if err != nil {
 		return nil, err
 	}
 	defer ws.stop()
-	// Let the startup settle, then count the transactions of the worker's backends over the window. The
-	// worker's pool stays open, so the counters are read with the lag of idle backends (they flush within
-	// about a second of going idle); a window of several seconds keeps that error small.
+	// Let the startup settle, then count what the worker sends over the window: statements counted on its
+	// connections (its pool and its listener), and the database's transactions (every statement outside an
+	// explicit transaction is one; the worker's pool stays open, so these counters lag by about a second at
+	// each end of a window of several seconds).
 	if err := sleepCtx(ctx, time.Second); err != nil {
 		return nil, err
 	}
@@ -692,16 +705,18 @@ func (e *env) runIdle(ctx context.Context, cfg Config, progress func(Progress)) 
 	if err != nil {
 		return nil, err
 	}
-	end := time.Now().Add(cfg.IdleDuration)
+	sent := counter.n.Load()
+	start := time.Now()
+	end := start.Add(cfg.IdleDuration)
 	for time.Now().Before(end) {
 		if err := sleepCtx(ctx, min(time.Second, time.Until(end))); err != nil {
 			return nil, err
 		}
-		progress(Progress{Phase: "idle", Done: int64(cfg.IdleDuration/time.Second - time.Until(end)/time.Second), Total: int64(cfg.IdleDuration / time.Second), Unit: "s"})
+		progress(Progress{Phase: "idle", Done: int64(time.Since(start) / time.Second), Total: int64(cfg.IdleDuration / time.Second), Unit: "s"})
 	}
-	// Wait for idle backends' statistics (flushed at most ~1 s after a backend goes idle; an idle-in-read poll
-	// counts when it returns).
-	if err := sleepCtx(ctx, 1500*time.Millisecond); err != nil {
+	sent = counter.n.Load() - sent
+	secs := time.Since(start).Seconds()
+	if err := sleepCtx(ctx, 1500*time.Millisecond); err != nil { // idle backends flush their counters
 		return nil, err
 	}
 	after, err := e.snapshot(ctx)
@@ -709,10 +724,10 @@ func (e *env) runIdle(ctx context.Context, cfg Config, progress func(Progress)) 
 		return nil, err
 	}
 	d := before.to(after)
-	secs := after.at.Sub(before.at).Seconds()
 	res.Seconds = secs
-	res.IdleStatementsPerSec = float64(d.commits-1) / secs // the first snapshot's own read
-	res.IdleWALBytesPerSec = float64(d.walBytes) / secs
+	res.IdleStatementsPerSec = float64(sent) / secs
+	res.IdleTransactionsPerSec = float64(d.commits-1) / after.at.Sub(before.at).Seconds() // minus the first snapshot's read
+	res.IdleWALBytesPerSec = float64(d.walBytes) / after.at.Sub(before.at).Seconds()
 	return res, ws.stop()
 }
 

@@ -113,6 +113,40 @@ func ReadWithPoll(ctx context.Context, db DBTX, queue string, vt, qty, maxPollSe
 	return msgs, nil
 }
 
+// Read calls pgmq.read: it reads up to qty visible messages of queue, hiding them for vt seconds, and never waits.
+func Read(ctx context.Context, db DBTX, queue string, vt, qty int) ([]Message, error) {
+	rows, err := db.Query(ctx,
+		`select m.msg_id, m.read_ct from pgmq.read(queue_name => $1::text, vt => $2::integer, qty => $3::integer) as m`,
+		queue, vt, qty)
+	if err != nil {
+		return nil, fmt.Errorf("sqlapi: pgmq.read(queue %q): %w", queue, err)
+	}
+	msgs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Message, error) {
+		var m Message
+		err := r.Scan(&m.ID, &m.ReadCount)
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlapi: pgmq.read(queue %q): %w", queue, err)
+	}
+	return msgs, nil
+}
+
+// QueueChannel is the notification channel on which the schema (v0.18.0 and later) announces new visible
+// messages of a queue: pgflow.start_ready_steps notifies it once per transaction that sent undelayed messages.
+func QueueChannel(queue string) string { return "pgflow:queue:" + queue }
+
+// HasWorkerBatching reports whether the schema offers what a v0.18.0 worker uses to batch and to wake up:
+// pgflow.complete_tasks and queue notifications (both came with v0.18.0).
+func HasWorkerBatching(ctx context.Context, db DBTX) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, `select to_regprocedure('pgflow.complete_tasks(uuid[], text[], integer[], jsonb[])') is not null`).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("sqlapi: look for pgflow.complete_tasks: %w", err)
+	}
+	return ok, nil
+}
+
 // ClaimedTask is one row returned by pgflow.start_tasks (a pgflow.step_task_record) together with the task's
 // attempts_count after the claim.
 type ClaimedTask struct {
@@ -248,6 +282,61 @@ func CompleteTask(ctx context.Context, db DBTX, runID, stepSlug string, taskInde
 	return taskCall(ctx, db, "complete_task",
 		`select t.status from pgflow.complete_task(run_id => $1::uuid, step_slug => $2::text, task_index => $3::integer, output => $4::jsonb) as t`,
 		runID, stepSlug, taskIndex, string(output))
+}
+
+// TaskResult is one completed task's output, as CompleteTasks reports it.
+type TaskResult struct {
+	RunID     string
+	StepSlug  string
+	TaskIndex int
+	Output    json.RawMessage
+}
+
+// CompleteTasks calls pgflow.complete_tasks for results (one transaction, one round trip) and returns each task's
+// status afterwards, in the order of results ("" when the database has no such task). Any error means nothing was
+// recorded: the call is atomic.
+func CompleteTasks(ctx context.Context, db DBTX, results []TaskResult) ([]string, error) {
+	if len(results) == 0 {
+		return nil, nil
+	}
+	runs := make([]string, len(results))
+	steps := make([]string, len(results))
+	idx := make([]int32, len(results))
+	outs := make([]string, len(results))
+	for i, r := range results {
+		runs[i], steps[i], idx[i], outs[i] = r.RunID, r.StepSlug, int32(r.TaskIndex), string(r.Output)
+	}
+	rows, err := db.Query(ctx,
+		`select t.task_position, t.task_status
+		   from pgflow.complete_tasks(run_ids => $1::uuid[], step_slugs => $2::text[], task_indexes => $3::integer[],
+		                              outputs => $4::jsonb[]) as t`,
+		runs, steps, idx, outs)
+	if err != nil {
+		return nil, fmt.Errorf("sqlapi: pgflow.complete_tasks(%d tasks, first: run %s, step %q, task %d): %w",
+			len(results), runs[0], steps[0], idx[0], err)
+	}
+	statuses := make([]string, len(results))
+	var pos int32
+	var status *string
+	n := 0
+	_, err = pgx.ForEachRow(rows, []any{&pos, &status}, func() error {
+		if pos < 1 || int(pos) > len(results) {
+			return fmt.Errorf("position %d out of range", pos)
+		}
+		n++
+		if status != nil {
+			statuses[pos-1] = *status
+		}
+		return nil
+	})
+	if err == nil && n != len(results) {
+		err = fmt.Errorf("%d rows for %d tasks", n, len(results))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlapi: pgflow.complete_tasks(%d tasks, first: run %s, step %q, task %d): %w",
+			len(results), runs[0], steps[0], idx[0], err)
+	}
+	return statuses, nil
 }
 
 // FailTask calls pgflow.fail_task(run_id, step_slug, task_index, error_message) and returns the task's status

@@ -11,41 +11,38 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_run record;
+  v_events jsonb[];
 begin
   if _maybe_complete_runs.run_ids is null or cardinality(_maybe_complete_runs.run_ids) = 0 then
     return;
   end if;
 
-  for v_run in
-    with done as (
-      update pgflow.runs as r
-         set status = 'completed',
-             completed_at = now(),
-             output = (
-               select jsonb_object_agg(ss.step_slug, ss.output)
-                 from pgflow.step_states as ss
-                where ss.run_id = r.run_id
-                  and ss.status = 'completed'
-                  and not exists (
-                    select 1 from pgflow.deps as d where d.flow_slug = r.flow_slug and d.dep_slug = ss.step_slug))
-       where r.run_id = any (_maybe_complete_runs.run_ids)
-         and r.status = 'started'
-         and r.remaining_steps = 0
-      returning r.run_id, r.flow_slug, r.status, r.output, r.completed_at
-    )
-    select d.* from done as d order by d.run_id
-  loop
-    perform pgflow._emit_event(
-      jsonb_build_object(
-        'event_type', 'run:completed',
-        'run_id', v_run.run_id,
-        'flow_slug', v_run.flow_slug,
-        'status', v_run.status,
-        'output', v_run.output,
-        'completed_at', v_run.completed_at),
-      'run:completed',
-      v_run.run_id);
-  end loop;
+  with done as (
+    update pgflow.runs as r
+       set status = 'completed',
+           completed_at = now(),
+           output = (
+             select jsonb_object_agg(ss.step_slug, ss.output)
+               from pgflow.step_states as ss
+              where ss.run_id = r.run_id
+                and ss.status = 'completed'
+                and not exists (
+                  select 1 from pgflow.deps as d where d.flow_slug = r.flow_slug and d.dep_slug = ss.step_slug))
+     where r.run_id = any (_maybe_complete_runs.run_ids)
+       and r.status = 'started'
+       and r.remaining_steps = 0
+    returning r.run_id, r.flow_slug, r.status, r.output, r.completed_at
+  )
+  select array_agg(jsonb_build_object(
+                     'event_type', 'run:completed',
+                     'run_id', d.run_id,
+                     'flow_slug', d.flow_slug,
+                     'status', d.status,
+                     'output', d.output,
+                     'completed_at', d.completed_at) order by d.run_id)
+    into v_events
+    from done as d;
+
+  perform pgflow._emit_events(v_events);
 end;
 $$;

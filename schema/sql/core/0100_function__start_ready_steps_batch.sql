@@ -10,6 +10,8 @@
 --     per (queue, delay) for all the runs together, and one 'queued' step_tasks row per message is written with
 --     its message_id and that queue_name (task_index 0 .. initial_tasks-1, paired with the message carrying that
 --     index); no queue is created here (no DDL);
+--   * after sending undelayed messages to a queue, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers
+--     listening for that queue (at commit; folded into one notification per queue and transaction);
 --   * steps with initial_tasks NULL or 0 are never started here, and conditions are not evaluated here (as in
 --     start_ready_steps).
 create or replace function pgflow._start_ready_steps_batch(run_ids uuid[])
@@ -19,63 +21,61 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_step   record;
   v_group  record;
-  v_runs   uuid[] := '{}';
-  v_slugs  text[] := '{}';
-  v_flows  text[] := '{}';
-  v_queues text[] := '{}';
-  v_delays integer[] := '{}';
-  v_counts integer[] := '{}';
+  v_runs   uuid[];
+  v_slugs  text[];
+  v_flows  text[];
+  v_queues text[];
+  v_delays integer[];
+  v_counts integer[];
+  v_events jsonb[];
 begin
   if _start_ready_steps_batch.run_ids is null or cardinality(_start_ready_steps_batch.run_ids) = 0 then
     return;
   end if;
 
-  for v_step in
-    with started as (
-      update pgflow.step_states as ss
-         set status = 'started',
-             started_at = now(),
-             remaining_tasks = ss.initial_tasks
-        from pgflow.runs as r
-       where ss.run_id = any (_start_ready_steps_batch.run_ids)
-         and r.run_id = ss.run_id
-         and r.status = 'started'
-         and ss.status = 'created'
-         and ss.remaining_deps = 0
-         and ss.initial_tasks > 0
-      returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.started_at, ss.remaining_tasks,
-                ss.remaining_deps, ss.initial_tasks
-    )
+  with started as (
+    update pgflow.step_states as ss
+       set status = 'started',
+           started_at = now(),
+           remaining_tasks = ss.initial_tasks
+      from pgflow.runs as r
+     where ss.run_id = any (_start_ready_steps_batch.run_ids)
+       and r.run_id = ss.run_id
+       and r.status = 'started'
+       and ss.status = 'created'
+       and ss.remaining_deps = 0
+       and ss.initial_tasks > 0
+    returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.started_at, ss.remaining_tasks,
+              ss.remaining_deps, ss.initial_tasks
+  ),
+  steps as (
     select st.*, s.step_index, s.queue_name, coalesce(s.opt_start_delay, 0) as start_delay
       from started as st
       join pgflow.steps as s on s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
-     order by st.run_id, s.step_index
-  loop
-    perform pgflow._emit_event(
-      jsonb_build_object(
-        'event_type', 'step:started',
-        'run_id', v_step.run_id,
-        'flow_slug', v_step.flow_slug,
-        'step_slug', v_step.step_slug,
-        'status', v_step.status,
-        'started_at', v_step.started_at,
-        'remaining_tasks', v_step.remaining_tasks,
-        'remaining_deps', v_step.remaining_deps),
-      'step:' || v_step.step_slug || ':started',
-      v_step.run_id);
-    v_runs := v_runs || v_step.run_id;
-    v_slugs := v_slugs || v_step.step_slug;
-    v_flows := v_flows || v_step.flow_slug;
-    v_queues := v_queues || v_step.queue_name;
-    v_delays := v_delays || v_step.start_delay;
-    v_counts := v_counts || v_step.initial_tasks;
-  end loop;
+  )
+  select array_agg(x.run_id order by x.run_id, x.step_index),
+         array_agg(x.step_slug order by x.run_id, x.step_index),
+         array_agg(x.flow_slug order by x.run_id, x.step_index),
+         array_agg(x.queue_name order by x.run_id, x.step_index),
+         array_agg(x.start_delay order by x.run_id, x.step_index),
+         array_agg(x.initial_tasks order by x.run_id, x.step_index),
+         array_agg(jsonb_build_object(
+                     'event_type', 'step:started',
+                     'run_id', x.run_id,
+                     'flow_slug', x.flow_slug,
+                     'step_slug', x.step_slug,
+                     'status', x.status,
+                     'started_at', x.started_at,
+                     'remaining_tasks', x.remaining_tasks,
+                     'remaining_deps', x.remaining_deps) order by x.run_id, x.step_index)
+    into v_runs, v_slugs, v_flows, v_queues, v_delays, v_counts, v_events
+    from steps as x;
 
-  if cardinality(v_runs) = 0 then
+  if v_runs is null then
     return;
   end if;
+  perform pgflow._emit_events(v_events);
 
   -- One send_batch per (queue, delay). send_batch returns the new ids in array order and ids increase along the
   -- array, so the n-th smallest id belongs to the n-th message of the array, which is ordered by
@@ -114,6 +114,12 @@ begin
                     order by x.run_id, x.step_slug, i.i),
                  v_group.start_delay) as s (msg_id)
       ) as sent on sent.n = m.n;
+
+    -- Wake the workers waiting on this queue (one notification per queue and transaction: PostgreSQL folds
+    -- identical notifications of one transaction). Delayed messages are not visible yet: no wake-up.
+    if v_group.start_delay = 0 then
+      perform pg_notify('pgflow:queue:' || v_group.queue_name, '');
+    end if;
   end loop;
 end;
 $$;

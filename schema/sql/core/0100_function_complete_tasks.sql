@@ -8,12 +8,15 @@
 --     or single complete_task calls) never wait on each other in a cycle;
 --   * tasks that are plainly completable - run, step state and task 'started', first mention of the task in the
 --     call, the flow has no step with a condition pattern, no type violation is possible, and the same holds for
---     every other task of the same run in the call - are completed together: one UPDATE of their tasks, one of their step states (a step whose last task completes becomes
---     'completed' with its output in the same row version), one of the dependents (remaining_deps, map task
---     counts), one of the runs, step:completed events in (run_id, step_index) order, taskless steps cascade,
---     one pgmq.archive call per queue for their messages, ready steps start through
---     pgflow._start_ready_steps_batch and finished runs complete through pgflow._maybe_complete_runs; every other
---     task goes through pgflow.complete_task itself, afterwards;
+--     every other task of the same run in the call - are completed together: one UPDATE of their tasks, one of
+--     their step states (a step whose last task completes becomes 'completed' with its output in the same row
+--     version), one of the dependents (remaining_deps, map task counts), step:completed events in
+--     (run_id, step_index) order, one UPDATE of the runs (a run left without steps becomes 'completed' in the
+--     same row version, run:completed), taskless steps cascade, one pgmq.archive call per queue for their
+--     messages, ready steps start through pgflow._start_ready_steps_batch, and runs finished by a cascade
+--     complete through pgflow._maybe_complete_runs; every other task goes through pgflow.complete_task itself,
+--     afterwards. Events of one run keep their causal order (a dependent's step:started may follow the
+--     completion of a sibling completed in the same call);
 --   * returns one row per array element: its 1-based position and the task's status afterwards ('completed' when
 --     recorded; the status complete_task reports otherwise; NULL when no such task exists);
 --   * arrays of different lengths raise an error naming the four lengths before anything changes; NULL or empty
@@ -30,14 +33,16 @@ declare
   v_fast      integer[];
   v_slow      integer[];
   v_runs      uuid[];
-  v_step      record;
+  v_events    jsonb[];
+  v_cascaded  uuid[];
+  v_run_id    uuid;
   v_queue     record;
   v_pos       integer;
   v_status    text;
   v_statuses  text[];
-  v_c_steps   text[] := '{}';
-  v_c_flows   text[] := '{}';
-  v_c_outputs jsonb[] := '{}';
+  v_c_steps   text[];
+  v_c_flows   text[];
+  v_c_outputs jsonb[];
 begin
   if v_n <> coalesce(cardinality(complete_tasks.step_slugs), 0)
      or v_n <> coalesce(cardinality(complete_tasks.task_indexes), 0)
@@ -132,54 +137,50 @@ begin
     -- Their step states: remaining_tasks drops by the tasks completed; a step whose last task completed becomes
     -- 'completed' in the same row version, with its output (single: the task's output; map: all task outputs as
     -- one array ordered by task_index).
-    for v_step in
-      with counts as (
-        select x.run_id, x.step_slug, count(*)::integer as n
-          from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) with ordinality as x (run_id, step_slug, pos)
-         where x.pos = any (v_fast)
-         group by x.run_id, x.step_slug
-      ),
-      updated as (
-        update pgflow.step_states as ss
-           set remaining_tasks = ss.remaining_tasks - c.n,
-               status = case when ss.remaining_tasks - c.n = 0 then 'completed' else ss.status end,
-               completed_at = case when ss.remaining_tasks - c.n = 0 then now() else ss.completed_at end,
-               output = case
-                          when ss.remaining_tasks - c.n <> 0 then ss.output
-                          when s.step_type = 'map' then (
-                            select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
-                              from pgflow.step_tasks as t
-                             where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.status = 'completed')
-                          else (
-                            select t.output
-                              from pgflow.step_tasks as t
-                             where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.task_index = 0)
-                        end
-          from counts as c, pgflow.steps as s
-         where ss.run_id = c.run_id
-           and ss.step_slug = c.step_slug
-           and s.flow_slug = ss.flow_slug
-           and s.step_slug = ss.step_slug
-        returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.output, ss.completed_at, s.step_index
-      )
-      select u.* from updated as u where u.status = 'completed' order by u.run_id, u.step_index
-    loop
-      v_runs := coalesce(v_runs, '{}') || v_step.run_id;
-      v_c_steps := v_c_steps || v_step.step_slug;
-      v_c_flows := v_c_flows || v_step.flow_slug;
-      v_c_outputs := v_c_outputs || v_step.output;
-      perform pgflow._emit_event(
-        jsonb_build_object(
-          'event_type', 'step:completed',
-          'run_id', v_step.run_id,
-          'flow_slug', v_step.flow_slug,
-          'step_slug', v_step.step_slug,
-          'status', v_step.status,
-          'output', v_step.output,
-          'completed_at', v_step.completed_at),
-        'step:' || v_step.step_slug || ':completed',
-        v_step.run_id);
-    end loop;
+    with counts as (
+      select x.run_id, x.step_slug, count(*)::integer as n
+        from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) with ordinality as x (run_id, step_slug, pos)
+       where x.pos = any (v_fast)
+       group by x.run_id, x.step_slug
+    ),
+    updated as (
+      update pgflow.step_states as ss
+         set remaining_tasks = ss.remaining_tasks - c.n,
+             status = case when ss.remaining_tasks - c.n = 0 then 'completed' else ss.status end,
+             completed_at = case when ss.remaining_tasks - c.n = 0 then now() else ss.completed_at end,
+             output = case
+                        when ss.remaining_tasks - c.n <> 0 then ss.output
+                        when s.step_type = 'map' then (
+                          select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
+                            from pgflow.step_tasks as t
+                           where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.status = 'completed')
+                        else (
+                          select t.output
+                            from pgflow.step_tasks as t
+                           where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.task_index = 0)
+                      end
+        from counts as c, pgflow.steps as s
+       where ss.run_id = c.run_id
+         and ss.step_slug = c.step_slug
+         and s.flow_slug = ss.flow_slug
+         and s.step_slug = ss.step_slug
+      returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.output, ss.completed_at, s.step_index
+    )
+    select array_agg(u.run_id order by u.run_id, u.step_index),
+           array_agg(u.step_slug order by u.run_id, u.step_index),
+           array_agg(u.flow_slug order by u.run_id, u.step_index),
+           array_agg(u.output order by u.run_id, u.step_index),
+           array_agg(jsonb_build_object(
+                       'event_type', 'step:completed',
+                       'run_id', u.run_id,
+                       'flow_slug', u.flow_slug,
+                       'step_slug', u.step_slug,
+                       'status', u.status,
+                       'output', u.output,
+                       'completed_at', u.completed_at) order by u.run_id, u.step_index)
+      into v_runs, v_c_steps, v_c_flows, v_c_outputs, v_events
+      from updated as u
+     where u.status = 'completed';
 
     if v_runs is not null then
       -- Dependents of the completed steps: one dependency fewer per completed parent; a dependent map learns its
@@ -201,24 +202,58 @@ begin
        where cs.run_id = p.run_id
          and cs.step_slug = p.child_slug;
 
-      update pgflow.runs as r
-         set remaining_steps = r.remaining_steps - c.n
-        from (select x.run_id, count(*)::integer as n from unnest(v_runs) as x (run_id) group by x.run_id) as c
-       where r.run_id = c.run_id;
-      v_runs := array(select distinct x.run_id from unnest(v_runs) as x (run_id) order by x.run_id);
+      perform pgflow._emit_events(v_events);
+
+      -- The runs: one step fewer per completed step. A run left without steps is complete (nothing can start
+      -- or cascade in it any more): it becomes 'completed' in the same row version, with the outputs of its
+      -- completed leaf steps, as maybe_complete_run does.
+      with counts as (
+        select x.run_id, count(*)::integer as n from unnest(v_runs) as x (run_id) group by x.run_id
+      ),
+      updated as (
+        update pgflow.runs as r
+           set remaining_steps = r.remaining_steps - c.n,
+               status = case when r.remaining_steps - c.n = 0 then 'completed' else r.status end,
+               completed_at = case when r.remaining_steps - c.n = 0 then now() else r.completed_at end,
+               output = case
+                          when r.remaining_steps - c.n <> 0 then r.output
+                          else (
+                            select jsonb_object_agg(ss.step_slug, ss.output)
+                              from pgflow.step_states as ss
+                             where ss.run_id = r.run_id
+                               and ss.status = 'completed'
+                               and not exists (
+                                 select 1 from pgflow.deps as d where d.flow_slug = r.flow_slug and d.dep_slug = ss.step_slug))
+                        end
+          from counts as c
+         where r.run_id = c.run_id
+        returning r.run_id, r.flow_slug, r.status, r.output, r.completed_at
+      )
+      select array_agg(u.run_id order by u.run_id) filter (where u.status <> 'completed'),
+             array_agg(jsonb_build_object(
+                         'event_type', 'run:completed',
+                         'run_id', u.run_id,
+                         'flow_slug', u.flow_slug,
+                         'status', u.status,
+                         'output', u.output,
+                         'completed_at', u.completed_at) order by u.run_id) filter (where u.status = 'completed')
+        into v_runs, v_events
+        from updated as u;
+
+      perform pgflow._emit_events(v_events);
 
       -- Taskless steps (maps over an empty array) that became ready complete by cascade. (The flows of these
       -- runs have no conditions, so resolving conditions first would change nothing.)
-      for v_step in
+      v_cascaded := array(
         select distinct ss.run_id
           from pgflow.step_states as ss
          where ss.run_id = any (v_runs)
            and ss.status = 'created'
            and ss.remaining_deps = 0
            and ss.initial_tasks = 0
-         order by ss.run_id
-      loop
-        perform pgflow.cascade_complete_taskless_steps(v_step.run_id);
+         order by ss.run_id);
+      foreach v_run_id in array v_cascaded loop
+        perform pgflow.cascade_complete_taskless_steps(v_run_id);
       end loop;
     end if;
 
@@ -239,7 +274,7 @@ begin
 
     if v_runs is not null then
       perform pgflow._start_ready_steps_batch(v_runs);
-      perform pgflow._maybe_complete_runs(v_runs);
+      perform pgflow._maybe_complete_runs(v_cascaded);
     end if;
 
     foreach v_pos in array v_fast loop

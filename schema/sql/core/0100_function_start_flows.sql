@@ -85,24 +85,18 @@ begin
    where s.flow_slug = start_flows.flow_slug
    order by x.pos, s.step_index;
 
-  for v_run in
-    select r.run_id, r.flow_slug, r.input, r.status, r.remaining_steps, r.started_at
+  perform pgflow._emit_events(array(
+    select jsonb_build_object(
+             'event_type', 'run:started',
+             'run_id', r.run_id,
+             'flow_slug', r.flow_slug,
+             'input', r.input,
+             'status', r.status,
+             'remaining_steps', r.remaining_steps,
+             'started_at', r.started_at)
       from unnest(v_ids) with ordinality as x (run_id, pos)
       join pgflow.runs as r on r.run_id = x.run_id
-     order by x.pos
-  loop
-    perform pgflow._emit_event(
-      jsonb_build_object(
-        'event_type', 'run:started',
-        'run_id', v_run.run_id,
-        'flow_slug', v_run.flow_slug,
-        'input', v_run.input,
-        'status', v_run.status,
-        'remaining_steps', v_run.remaining_steps,
-        'started_at', v_run.started_at),
-      'run:started',
-      v_run.run_id);
-  end loop;
+     order by x.pos));
 
   if v_conditions then
     -- As start_flow: conditions first, then taskless steps, run by run.

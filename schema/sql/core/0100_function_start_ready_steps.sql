@@ -7,6 +7,8 @@
 --     (steps.queue_name), delayed by the step's opt_start_delay seconds (NULL = 0), and one 'queued' step_tasks
 --     row per message is written with its message_id and that same queue_name (task_index 0 .. initial_tasks-1,
 --     paired with the message carrying that index); no queue is created here (no DDL);
+--   * after sending undelayed messages, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers listening for
+--     that queue (since v0.18.0);
 --   * steps with initial_tasks NULL (dependent maps whose parent has not completed) or 0 (taskless, completed by
 --     cascade_complete_taskless_steps) are never started here. Conditions are not evaluated here: callers resolve
 --     them first (cascade_resolve_conditions / cascade_complete_taskless_steps).
@@ -74,6 +76,12 @@ begin
                     order by i),
                  v_step.start_delay) as sent(msg_id)
       ) as m;
+
+    -- Wake the workers waiting on this queue (at commit; PostgreSQL folds identical notifications of one
+    -- transaction into one). Delayed messages are not visible yet: no wake-up.
+    if v_step.start_delay = 0 then
+      perform pg_notify('pgflow:queue:' || v_step.queue_name, '');
+    end if;
   end loop;
 end;
 $$;

@@ -21,7 +21,159 @@ as $$
   where w.worker_id = mark_worker_stopped.worker_id;
 $$;
 
--- perf: batched completion, bulk start (see docs/performance.md)
+-- perf: batched completion, bulk start, queue wake-ups (see docs/performance.md)
+
+-- pgflow._emit_events(payloads) guarantees: the same as calling pgflow._emit_event(payload, event, run_id) for
+-- every payload, in array order, with event = payload.event_type for run events and
+-- 'step:<step_slug>:<what>' for step events (event_type 'step:<what>'), and run_id = payload.run_id:
+--   * published inside the caller's transaction (seen by listeners only if it commits), in array order;
+--   * per payload, pg_notify on 'pgflow' and on 'pgflow:run:<run_id>' with the same small envelope as
+--     _emit_event {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"};
+--   * when realtime.send(jsonb, text, text, boolean) exists, every full payload also goes to
+--     realtime.send(payload, event, 'pgflow:run:<run_id>', false), in array order (one dynamic statement);
+--   * one statement for all notifications instead of one function call per event; NULL or empty payloads do
+--     nothing.
+create or replace function pgflow._emit_events(payloads jsonb[])
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+begin
+  if _emit_events.payloads is null or cardinality(_emit_events.payloads) = 0 then
+    return;
+  end if;
+
+  -- pg_notify is volatile, so the planner evaluates it after the sort: notifications go out in ORDER BY order.
+  perform pg_notify(c.channel, e.envelope)
+     from (
+       select x.pos,
+              (x.p ->> 'run_id')::uuid as run_id,
+              jsonb_strip_nulls(jsonb_build_object(
+                'event_type', x.p ->> 'event_type',
+                'event', x.event,
+                'run_id', (x.p ->> 'run_id')::uuid,
+                'step_slug', x.p ->> 'step_slug',
+                'status', x.p ->> 'status',
+                'flow_slug', coalesce(
+                  x.p ->> 'flow_slug',
+                  (select r.flow_slug from pgflow.runs as r where r.run_id = (x.p ->> 'run_id')::uuid))
+              ))::text as envelope
+         from (
+           select u.p, u.pos,
+                  case
+                    when u.p ->> 'step_slug' is null then u.p ->> 'event_type'
+                    else 'step:' || (u.p ->> 'step_slug') || ':' || split_part(u.p ->> 'event_type', ':', 2)
+                  end as event
+             from unnest(_emit_events.payloads) with ordinality as u (p, pos)
+         ) as x
+     ) as e
+     cross join lateral (values (1, 'pgflow'), (2, 'pgflow:run:' || e.run_id::text)) as c (k, channel)
+    order by e.pos, c.k;
+
+  if to_regprocedure('realtime.send(jsonb,text,text,boolean)') is not null then
+    execute 'select realtime.send(
+                      x.p,
+                      case
+                        when x.p ->> ''step_slug'' is null then x.p ->> ''event_type''
+                        else ''step:'' || (x.p ->> ''step_slug'') || '':'' || split_part(x.p ->> ''event_type'', '':'', 2)
+                      end,
+                      ''pgflow:run:'' || (x.p ->> ''run_id''),
+                      false)
+               from unnest($1) with ordinality as x (p, pos)
+              order by x.pos'
+      using _emit_events.payloads;
+  end if;
+end;
+$$;
+
+-- pgflow.start_ready_steps(run_id) guarantees:
+--   * nothing happens unless the run is 'started';
+--   * every step state of the run that is 'created' with remaining_deps 0 and initial_tasks > 0 becomes 'started'
+--     (started_at now, remaining_tasks = initial_tasks), exactly once even when called concurrently;
+--   * per started step, in step_index order: step:started is emitted, one message per task
+--     {"flow_slug", "run_id", "step_slug", "task_index"} is sent with one pgmq.send_batch call to the step's queue
+--     (steps.queue_name), delayed by the step's opt_start_delay seconds (NULL = 0), and one 'queued' step_tasks
+--     row per message is written with its message_id and that same queue_name (task_index 0 .. initial_tasks-1,
+--     paired with the message carrying that index); no queue is created here (no DDL);
+--   * after sending undelayed messages, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers listening for
+--     that queue (since v0.18.0);
+--   * steps with initial_tasks NULL (dependent maps whose parent has not completed) or 0 (taskless, completed by
+--     cascade_complete_taskless_steps) are never started here. Conditions are not evaluated here: callers resolve
+--     them first (cascade_resolve_conditions / cascade_complete_taskless_steps).
+create or replace function pgflow.start_ready_steps(run_id uuid)
+returns void
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_run_status text;
+  v_step       record;
+begin
+  select r.status into v_run_status from pgflow.runs as r where r.run_id = start_ready_steps.run_id;
+  if v_run_status is distinct from 'started' then
+    return;
+  end if;
+
+  for v_step in
+    with started as (
+      update pgflow.step_states as ss
+         set status = 'started',
+             started_at = now(),
+             remaining_tasks = ss.initial_tasks
+       where ss.run_id = start_ready_steps.run_id
+         and ss.status = 'created'
+         and ss.remaining_deps = 0
+         and ss.initial_tasks > 0
+      returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.started_at, ss.remaining_tasks,
+                ss.remaining_deps, ss.initial_tasks
+    )
+    select st.*, s.step_index, s.queue_name, coalesce(s.opt_start_delay, 0) as start_delay
+      from started as st
+      join pgflow.steps as s on s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+     order by s.step_index
+  loop
+    perform pgflow._emit_event(
+      jsonb_build_object(
+        'event_type', 'step:started',
+        'run_id', v_step.run_id,
+        'flow_slug', v_step.flow_slug,
+        'step_slug', v_step.step_slug,
+        'status', v_step.status,
+        'started_at', v_step.started_at,
+        'remaining_tasks', v_step.remaining_tasks,
+        'remaining_deps', v_step.remaining_deps),
+      'step:' || v_step.step_slug || ':started',
+      v_step.run_id);
+
+    -- send_batch returns the new ids in array order and ids increase along the array, so the n-th smallest id
+    -- belongs to the message with task_index n.
+    insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name)
+    select v_step.flow_slug, v_step.run_id, v_step.step_slug, (m.n - 1)::integer, m.msg_id, v_step.queue_name
+      from (
+        select sent.msg_id, row_number() over (order by sent.msg_id) as n
+          from pgmq.send_batch(
+                 v_step.queue_name,
+                 array(
+                   select jsonb_build_object(
+                            'flow_slug', v_step.flow_slug,
+                            'run_id', v_step.run_id,
+                            'step_slug', v_step.step_slug,
+                            'task_index', i)
+                     from generate_series(0, v_step.initial_tasks - 1) as i
+                    order by i),
+                 v_step.start_delay) as sent(msg_id)
+      ) as m;
+
+    -- Wake the workers waiting on this queue (at commit; PostgreSQL folds identical notifications of one
+    -- transaction into one). Delayed messages are not visible yet: no wake-up.
+    if v_step.start_delay = 0 then
+      perform pg_notify('pgflow:queue:' || v_step.queue_name, '');
+    end if;
+  end loop;
+end;
+$$;
 
 -- pgflow._maybe_complete_runs(run_ids) guarantees: for every run of run_ids exactly what
 -- pgflow.maybe_complete_run(run_id) guarantees, done with one UPDATE for all of them: a 'started' run whose
@@ -36,42 +188,39 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_run record;
+  v_events jsonb[];
 begin
   if _maybe_complete_runs.run_ids is null or cardinality(_maybe_complete_runs.run_ids) = 0 then
     return;
   end if;
 
-  for v_run in
-    with done as (
-      update pgflow.runs as r
-         set status = 'completed',
-             completed_at = now(),
-             output = (
-               select jsonb_object_agg(ss.step_slug, ss.output)
-                 from pgflow.step_states as ss
-                where ss.run_id = r.run_id
-                  and ss.status = 'completed'
-                  and not exists (
-                    select 1 from pgflow.deps as d where d.flow_slug = r.flow_slug and d.dep_slug = ss.step_slug))
-       where r.run_id = any (_maybe_complete_runs.run_ids)
-         and r.status = 'started'
-         and r.remaining_steps = 0
-      returning r.run_id, r.flow_slug, r.status, r.output, r.completed_at
-    )
-    select d.* from done as d order by d.run_id
-  loop
-    perform pgflow._emit_event(
-      jsonb_build_object(
-        'event_type', 'run:completed',
-        'run_id', v_run.run_id,
-        'flow_slug', v_run.flow_slug,
-        'status', v_run.status,
-        'output', v_run.output,
-        'completed_at', v_run.completed_at),
-      'run:completed',
-      v_run.run_id);
-  end loop;
+  with done as (
+    update pgflow.runs as r
+       set status = 'completed',
+           completed_at = now(),
+           output = (
+             select jsonb_object_agg(ss.step_slug, ss.output)
+               from pgflow.step_states as ss
+              where ss.run_id = r.run_id
+                and ss.status = 'completed'
+                and not exists (
+                  select 1 from pgflow.deps as d where d.flow_slug = r.flow_slug and d.dep_slug = ss.step_slug))
+     where r.run_id = any (_maybe_complete_runs.run_ids)
+       and r.status = 'started'
+       and r.remaining_steps = 0
+    returning r.run_id, r.flow_slug, r.status, r.output, r.completed_at
+  )
+  select array_agg(jsonb_build_object(
+                     'event_type', 'run:completed',
+                     'run_id', d.run_id,
+                     'flow_slug', d.flow_slug,
+                     'status', d.status,
+                     'output', d.output,
+                     'completed_at', d.completed_at) order by d.run_id)
+    into v_events
+    from done as d;
+
+  perform pgflow._emit_events(v_events);
 end;
 $$;
 
@@ -87,6 +236,8 @@ $$;
 --     per (queue, delay) for all the runs together, and one 'queued' step_tasks row per message is written with
 --     its message_id and that queue_name (task_index 0 .. initial_tasks-1, paired with the message carrying that
 --     index); no queue is created here (no DDL);
+--   * after sending undelayed messages to a queue, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers
+--     listening for that queue (at commit; folded into one notification per queue and transaction);
 --   * steps with initial_tasks NULL or 0 are never started here, and conditions are not evaluated here (as in
 --     start_ready_steps).
 create or replace function pgflow._start_ready_steps_batch(run_ids uuid[])
@@ -96,63 +247,61 @@ volatile
 set search_path = ''
 as $$
 declare
-  v_step   record;
   v_group  record;
-  v_runs   uuid[] := '{}';
-  v_slugs  text[] := '{}';
-  v_flows  text[] := '{}';
-  v_queues text[] := '{}';
-  v_delays integer[] := '{}';
-  v_counts integer[] := '{}';
+  v_runs   uuid[];
+  v_slugs  text[];
+  v_flows  text[];
+  v_queues text[];
+  v_delays integer[];
+  v_counts integer[];
+  v_events jsonb[];
 begin
   if _start_ready_steps_batch.run_ids is null or cardinality(_start_ready_steps_batch.run_ids) = 0 then
     return;
   end if;
 
-  for v_step in
-    with started as (
-      update pgflow.step_states as ss
-         set status = 'started',
-             started_at = now(),
-             remaining_tasks = ss.initial_tasks
-        from pgflow.runs as r
-       where ss.run_id = any (_start_ready_steps_batch.run_ids)
-         and r.run_id = ss.run_id
-         and r.status = 'started'
-         and ss.status = 'created'
-         and ss.remaining_deps = 0
-         and ss.initial_tasks > 0
-      returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.started_at, ss.remaining_tasks,
-                ss.remaining_deps, ss.initial_tasks
-    )
+  with started as (
+    update pgflow.step_states as ss
+       set status = 'started',
+           started_at = now(),
+           remaining_tasks = ss.initial_tasks
+      from pgflow.runs as r
+     where ss.run_id = any (_start_ready_steps_batch.run_ids)
+       and r.run_id = ss.run_id
+       and r.status = 'started'
+       and ss.status = 'created'
+       and ss.remaining_deps = 0
+       and ss.initial_tasks > 0
+    returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.started_at, ss.remaining_tasks,
+              ss.remaining_deps, ss.initial_tasks
+  ),
+  steps as (
     select st.*, s.step_index, s.queue_name, coalesce(s.opt_start_delay, 0) as start_delay
       from started as st
       join pgflow.steps as s on s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
-     order by st.run_id, s.step_index
-  loop
-    perform pgflow._emit_event(
-      jsonb_build_object(
-        'event_type', 'step:started',
-        'run_id', v_step.run_id,
-        'flow_slug', v_step.flow_slug,
-        'step_slug', v_step.step_slug,
-        'status', v_step.status,
-        'started_at', v_step.started_at,
-        'remaining_tasks', v_step.remaining_tasks,
-        'remaining_deps', v_step.remaining_deps),
-      'step:' || v_step.step_slug || ':started',
-      v_step.run_id);
-    v_runs := v_runs || v_step.run_id;
-    v_slugs := v_slugs || v_step.step_slug;
-    v_flows := v_flows || v_step.flow_slug;
-    v_queues := v_queues || v_step.queue_name;
-    v_delays := v_delays || v_step.start_delay;
-    v_counts := v_counts || v_step.initial_tasks;
-  end loop;
+  )
+  select array_agg(x.run_id order by x.run_id, x.step_index),
+         array_agg(x.step_slug order by x.run_id, x.step_index),
+         array_agg(x.flow_slug order by x.run_id, x.step_index),
+         array_agg(x.queue_name order by x.run_id, x.step_index),
+         array_agg(x.start_delay order by x.run_id, x.step_index),
+         array_agg(x.initial_tasks order by x.run_id, x.step_index),
+         array_agg(jsonb_build_object(
+                     'event_type', 'step:started',
+                     'run_id', x.run_id,
+                     'flow_slug', x.flow_slug,
+                     'step_slug', x.step_slug,
+                     'status', x.status,
+                     'started_at', x.started_at,
+                     'remaining_tasks', x.remaining_tasks,
+                     'remaining_deps', x.remaining_deps) order by x.run_id, x.step_index)
+    into v_runs, v_slugs, v_flows, v_queues, v_delays, v_counts, v_events
+    from steps as x;
 
-  if cardinality(v_runs) = 0 then
+  if v_runs is null then
     return;
   end if;
+  perform pgflow._emit_events(v_events);
 
   -- One send_batch per (queue, delay). send_batch returns the new ids in array order and ids increase along the
   -- array, so the n-th smallest id belongs to the n-th message of the array, which is ordered by
@@ -191,6 +340,12 @@ begin
                     order by x.run_id, x.step_slug, i.i),
                  v_group.start_delay) as s (msg_id)
       ) as sent on sent.n = m.n;
+
+    -- Wake the workers waiting on this queue (one notification per queue and transaction: PostgreSQL folds
+    -- identical notifications of one transaction). Delayed messages are not visible yet: no wake-up.
+    if v_group.start_delay = 0 then
+      perform pg_notify('pgflow:queue:' || v_group.queue_name, '');
+    end if;
   end loop;
 end;
 $$;
@@ -205,12 +360,15 @@ $$;
 --     or single complete_task calls) never wait on each other in a cycle;
 --   * tasks that are plainly completable - run, step state and task 'started', first mention of the task in the
 --     call, the flow has no step with a condition pattern, no type violation is possible, and the same holds for
---     every other task of the same run in the call - are completed together: one UPDATE of their tasks, one of their step states (a step whose last task completes becomes
---     'completed' with its output in the same row version), one of the dependents (remaining_deps, map task
---     counts), one of the runs, step:completed events in (run_id, step_index) order, taskless steps cascade,
---     one pgmq.archive call per queue for their messages, ready steps start through
---     pgflow._start_ready_steps_batch and finished runs complete through pgflow._maybe_complete_runs; every other
---     task goes through pgflow.complete_task itself, afterwards;
+--     every other task of the same run in the call - are completed together: one UPDATE of their tasks, one of
+--     their step states (a step whose last task completes becomes 'completed' with its output in the same row
+--     version), one of the dependents (remaining_deps, map task counts), step:completed events in
+--     (run_id, step_index) order, one UPDATE of the runs (a run left without steps becomes 'completed' in the
+--     same row version, run:completed), taskless steps cascade, one pgmq.archive call per queue for their
+--     messages, ready steps start through pgflow._start_ready_steps_batch, and runs finished by a cascade
+--     complete through pgflow._maybe_complete_runs; every other task goes through pgflow.complete_task itself,
+--     afterwards. Events of one run keep their causal order (a dependent's step:started may follow the
+--     completion of a sibling completed in the same call);
 --   * returns one row per array element: its 1-based position and the task's status afterwards ('completed' when
 --     recorded; the status complete_task reports otherwise; NULL when no such task exists);
 --   * arrays of different lengths raise an error naming the four lengths before anything changes; NULL or empty
@@ -227,14 +385,16 @@ declare
   v_fast      integer[];
   v_slow      integer[];
   v_runs      uuid[];
-  v_step      record;
+  v_events    jsonb[];
+  v_cascaded  uuid[];
+  v_run_id    uuid;
   v_queue     record;
   v_pos       integer;
   v_status    text;
   v_statuses  text[];
-  v_c_steps   text[] := '{}';
-  v_c_flows   text[] := '{}';
-  v_c_outputs jsonb[] := '{}';
+  v_c_steps   text[];
+  v_c_flows   text[];
+  v_c_outputs jsonb[];
 begin
   if v_n <> coalesce(cardinality(complete_tasks.step_slugs), 0)
      or v_n <> coalesce(cardinality(complete_tasks.task_indexes), 0)
@@ -329,54 +489,50 @@ begin
     -- Their step states: remaining_tasks drops by the tasks completed; a step whose last task completed becomes
     -- 'completed' in the same row version, with its output (single: the task's output; map: all task outputs as
     -- one array ordered by task_index).
-    for v_step in
-      with counts as (
-        select x.run_id, x.step_slug, count(*)::integer as n
-          from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) with ordinality as x (run_id, step_slug, pos)
-         where x.pos = any (v_fast)
-         group by x.run_id, x.step_slug
-      ),
-      updated as (
-        update pgflow.step_states as ss
-           set remaining_tasks = ss.remaining_tasks - c.n,
-               status = case when ss.remaining_tasks - c.n = 0 then 'completed' else ss.status end,
-               completed_at = case when ss.remaining_tasks - c.n = 0 then now() else ss.completed_at end,
-               output = case
-                          when ss.remaining_tasks - c.n <> 0 then ss.output
-                          when s.step_type = 'map' then (
-                            select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
-                              from pgflow.step_tasks as t
-                             where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.status = 'completed')
-                          else (
-                            select t.output
-                              from pgflow.step_tasks as t
-                             where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.task_index = 0)
-                        end
-          from counts as c, pgflow.steps as s
-         where ss.run_id = c.run_id
-           and ss.step_slug = c.step_slug
-           and s.flow_slug = ss.flow_slug
-           and s.step_slug = ss.step_slug
-        returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.output, ss.completed_at, s.step_index
-      )
-      select u.* from updated as u where u.status = 'completed' order by u.run_id, u.step_index
-    loop
-      v_runs := coalesce(v_runs, '{}') || v_step.run_id;
-      v_c_steps := v_c_steps || v_step.step_slug;
-      v_c_flows := v_c_flows || v_step.flow_slug;
-      v_c_outputs := v_c_outputs || v_step.output;
-      perform pgflow._emit_event(
-        jsonb_build_object(
-          'event_type', 'step:completed',
-          'run_id', v_step.run_id,
-          'flow_slug', v_step.flow_slug,
-          'step_slug', v_step.step_slug,
-          'status', v_step.status,
-          'output', v_step.output,
-          'completed_at', v_step.completed_at),
-        'step:' || v_step.step_slug || ':completed',
-        v_step.run_id);
-    end loop;
+    with counts as (
+      select x.run_id, x.step_slug, count(*)::integer as n
+        from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) with ordinality as x (run_id, step_slug, pos)
+       where x.pos = any (v_fast)
+       group by x.run_id, x.step_slug
+    ),
+    updated as (
+      update pgflow.step_states as ss
+         set remaining_tasks = ss.remaining_tasks - c.n,
+             status = case when ss.remaining_tasks - c.n = 0 then 'completed' else ss.status end,
+             completed_at = case when ss.remaining_tasks - c.n = 0 then now() else ss.completed_at end,
+             output = case
+                        when ss.remaining_tasks - c.n <> 0 then ss.output
+                        when s.step_type = 'map' then (
+                          select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
+                            from pgflow.step_tasks as t
+                           where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.status = 'completed')
+                        else (
+                          select t.output
+                            from pgflow.step_tasks as t
+                           where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.task_index = 0)
+                      end
+        from counts as c, pgflow.steps as s
+       where ss.run_id = c.run_id
+         and ss.step_slug = c.step_slug
+         and s.flow_slug = ss.flow_slug
+         and s.step_slug = ss.step_slug
+      returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.output, ss.completed_at, s.step_index
+    )
+    select array_agg(u.run_id order by u.run_id, u.step_index),
+           array_agg(u.step_slug order by u.run_id, u.step_index),
+           array_agg(u.flow_slug order by u.run_id, u.step_index),
+           array_agg(u.output order by u.run_id, u.step_index),
+           array_agg(jsonb_build_object(
+                       'event_type', 'step:completed',
+                       'run_id', u.run_id,
+                       'flow_slug', u.flow_slug,
+                       'step_slug', u.step_slug,
+                       'status', u.status,
+                       'output', u.output,
+                       'completed_at', u.completed_at) order by u.run_id, u.step_index)
+      into v_runs, v_c_steps, v_c_flows, v_c_outputs, v_events
+      from updated as u
+     where u.status = 'completed';
 
     if v_runs is not null then
       -- Dependents of the completed steps: one dependency fewer per completed parent; a dependent map learns its
@@ -398,24 +554,58 @@ begin
        where cs.run_id = p.run_id
          and cs.step_slug = p.child_slug;
 
-      update pgflow.runs as r
-         set remaining_steps = r.remaining_steps - c.n
-        from (select x.run_id, count(*)::integer as n from unnest(v_runs) as x (run_id) group by x.run_id) as c
-       where r.run_id = c.run_id;
-      v_runs := array(select distinct x.run_id from unnest(v_runs) as x (run_id) order by x.run_id);
+      perform pgflow._emit_events(v_events);
+
+      -- The runs: one step fewer per completed step. A run left without steps is complete (nothing can start
+      -- or cascade in it any more): it becomes 'completed' in the same row version, with the outputs of its
+      -- completed leaf steps, as maybe_complete_run does.
+      with counts as (
+        select x.run_id, count(*)::integer as n from unnest(v_runs) as x (run_id) group by x.run_id
+      ),
+      updated as (
+        update pgflow.runs as r
+           set remaining_steps = r.remaining_steps - c.n,
+               status = case when r.remaining_steps - c.n = 0 then 'completed' else r.status end,
+               completed_at = case when r.remaining_steps - c.n = 0 then now() else r.completed_at end,
+               output = case
+                          when r.remaining_steps - c.n <> 0 then r.output
+                          else (
+                            select jsonb_object_agg(ss.step_slug, ss.output)
+                              from pgflow.step_states as ss
+                             where ss.run_id = r.run_id
+                               and ss.status = 'completed'
+                               and not exists (
+                                 select 1 from pgflow.deps as d where d.flow_slug = r.flow_slug and d.dep_slug = ss.step_slug))
+                        end
+          from counts as c
+         where r.run_id = c.run_id
+        returning r.run_id, r.flow_slug, r.status, r.output, r.completed_at
+      )
+      select array_agg(u.run_id order by u.run_id) filter (where u.status <> 'completed'),
+             array_agg(jsonb_build_object(
+                         'event_type', 'run:completed',
+                         'run_id', u.run_id,
+                         'flow_slug', u.flow_slug,
+                         'status', u.status,
+                         'output', u.output,
+                         'completed_at', u.completed_at) order by u.run_id) filter (where u.status = 'completed')
+        into v_runs, v_events
+        from updated as u;
+
+      perform pgflow._emit_events(v_events);
 
       -- Taskless steps (maps over an empty array) that became ready complete by cascade. (The flows of these
       -- runs have no conditions, so resolving conditions first would change nothing.)
-      for v_step in
+      v_cascaded := array(
         select distinct ss.run_id
           from pgflow.step_states as ss
          where ss.run_id = any (v_runs)
            and ss.status = 'created'
            and ss.remaining_deps = 0
            and ss.initial_tasks = 0
-         order by ss.run_id
-      loop
-        perform pgflow.cascade_complete_taskless_steps(v_step.run_id);
+         order by ss.run_id);
+      foreach v_run_id in array v_cascaded loop
+        perform pgflow.cascade_complete_taskless_steps(v_run_id);
       end loop;
     end if;
 
@@ -436,7 +626,7 @@ begin
 
     if v_runs is not null then
       perform pgflow._start_ready_steps_batch(v_runs);
-      perform pgflow._maybe_complete_runs(v_runs);
+      perform pgflow._maybe_complete_runs(v_cascaded);
     end if;
 
     foreach v_pos in array v_fast loop
@@ -544,24 +734,18 @@ begin
    where s.flow_slug = start_flows.flow_slug
    order by x.pos, s.step_index;
 
-  for v_run in
-    select r.run_id, r.flow_slug, r.input, r.status, r.remaining_steps, r.started_at
+  perform pgflow._emit_events(array(
+    select jsonb_build_object(
+             'event_type', 'run:started',
+             'run_id', r.run_id,
+             'flow_slug', r.flow_slug,
+             'input', r.input,
+             'status', r.status,
+             'remaining_steps', r.remaining_steps,
+             'started_at', r.started_at)
       from unnest(v_ids) with ordinality as x (run_id, pos)
       join pgflow.runs as r on r.run_id = x.run_id
-     order by x.pos
-  loop
-    perform pgflow._emit_event(
-      jsonb_build_object(
-        'event_type', 'run:started',
-        'run_id', v_run.run_id,
-        'flow_slug', v_run.flow_slug,
-        'input', v_run.input,
-        'status', v_run.status,
-        'remaining_steps', v_run.remaining_steps,
-        'started_at', v_run.started_at),
-      'run:started',
-      v_run.run_id);
-  end loop;
+     order by x.pos));
 
   if v_conditions then
     -- As start_flow: conditions first, then taskless steps, run by run.
@@ -597,6 +781,8 @@ begin
      order by x.pos;
 end;
 $$;
+
+-- perf: end
 
 -- reliability: timeouts near the integer limit no longer overflow the stall threshold (requeue_stalled_tasks,
 -- which failed for every flow while such a task was started) or the claim visibility (start_tasks).

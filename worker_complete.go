@@ -1,0 +1,166 @@
+package pgflow
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgflow-go/pgflow/internal/sqlapi"
+)
+
+const (
+	// maxCompletionBatch bounds the completions recorded in one pgflow.complete_tasks call.
+	maxCompletionBatch = 256
+	// completionFlushers is the number of batches that may be in flight at once. While they are busy, new
+	// completions queue up and go out together in the next batch, so batches grow with the load and a lone
+	// completion never waits for company.
+	completionFlushers = 2
+)
+
+// completionBatcher records the results of successful handlers. Handlers hand their output over and wait for
+// the outcome; flushers take everything queued (up to maxCompletionBatch) and record it with one
+// pgflow.complete_tasks call, which is one transaction and one commit for the whole batch. Each task's result is
+// still recorded by the same SQL logic as a single pgflow.complete_task call, and a handler learns its own
+// task's outcome. When the batch call fails with an error retrying cannot fix (for example one output the
+// database rejects), every task of the batch is recorded on its own with completeOne, so one bad result never
+// loses the others. A database without pgflow.complete_tasks (schema older than v0.18.0) is detected once and
+// then served one task at a time. Nothing is acknowledged before it is committed: a crash loses only results
+// that were not recorded, and their tasks are redone after stalled-task recovery, as without batching.
+type completionBatcher struct {
+	r           *workerRun
+	queue       chan *pendingCompletion
+	stopped     chan struct{}
+	wg          sync.WaitGroup
+	unsupported atomic.Bool // pgflow.complete_tasks is missing: record one task at a time
+	stopOnce    sync.Once
+}
+
+type pendingCompletion struct {
+	log  *slog.Logger
+	t    sqlapi.ClaimedTask
+	out  json.RawMessage
+	done chan TaskOutcome
+}
+
+func newCompletionBatcher(r *workerRun) *completionBatcher {
+	b := &completionBatcher{r: r, queue: make(chan *pendingCompletion, r.cfg.MaxConcurrent), stopped: make(chan struct{})}
+	b.unsupported.Store(!r.w.batching)
+	for range completionFlushers {
+		b.wg.Go(b.loop)
+	}
+	return b
+}
+
+// stop ends the flushers once no handler is waiting any more (after the drain). A handler that finishes later
+// (one that ignored its context and was abandoned) gets OutcomeUnreported.
+func (b *completionBatcher) stop() {
+	b.stopOnce.Do(func() { close(b.stopped) })
+	b.wg.Wait()
+}
+
+// complete queues one successful result and waits for its outcome.
+func (b *completionBatcher) complete(log *slog.Logger, t sqlapi.ClaimedTask, out json.RawMessage) TaskOutcome {
+	p := &pendingCompletion{log: log, t: t, out: out, done: make(chan TaskOutcome, 1)}
+	select {
+	case b.queue <- p:
+	case <-b.stopped:
+		b.r.logReportLost(log, "complete_task", errors.New("the worker stopped reporting results"))
+		return OutcomeUnreported
+	}
+	select {
+	case o := <-p.done:
+		return o
+	case <-b.stopped:
+		select {
+		case o := <-p.done:
+			return o
+		default:
+		}
+		b.r.logReportLost(log, "complete_task", errors.New("the worker stopped reporting results"))
+		return OutcomeUnreported
+	}
+}
+
+func (b *completionBatcher) loop() {
+	for {
+		var first *pendingCompletion
+		select {
+		case first = <-b.queue:
+		case <-b.stopped:
+			return
+		}
+		batch := []*pendingCompletion{first}
+	more:
+		for len(batch) < maxCompletionBatch {
+			select {
+			case p := <-b.queue:
+				batch = append(batch, p)
+			default:
+				break more
+			}
+		}
+		b.flush(batch)
+	}
+}
+
+// flush records a batch and hands every task its outcome.
+func (b *completionBatcher) flush(batch []*pendingCompletion) {
+	if len(batch) == 1 || b.unsupported.Load() {
+		b.oneByOne(batch)
+		return
+	}
+	results := make([]sqlapi.TaskResult, len(batch))
+	for i, p := range batch {
+		results[i] = sqlapi.TaskResult{RunID: p.t.RunID, StepSlug: p.t.StepSlug, TaskIndex: p.t.TaskIndex, Output: p.out}
+	}
+	statuses, err := b.record(results)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42883" { // undefined function: schema before v0.18.0
+			if b.unsupported.CompareAndSwap(false, true) {
+				b.r.log.Info("pgflow.complete_tasks is not installed (schema before v0.18.0): recording results one task at a time; run `pgflow migrate up` to batch them")
+			}
+		} else {
+			b.r.log.Debug("recording a batch of results failed; recording them one task at a time", "tasks", len(batch), "error", err)
+		}
+		b.oneByOne(batch)
+		return
+	}
+	for i, p := range batch {
+		if statuses[i] == "completed" {
+			p.done <- OutcomeCompleted
+			continue
+		}
+		p.log.Info("task result not recorded: the task is no longer running (its run failed or its step finished)", "status", statuses[i])
+		p.done <- OutcomeNotRecorded
+	}
+}
+
+// record calls pgflow.complete_tasks until it succeeds. Transient errors are retried with backoff until the
+// hard stop (as single reports are); any other error is returned at once, and then nothing was recorded.
+func (b *completionBatcher) record(results []sqlapi.TaskResult) ([]string, error) {
+	r := b.r
+	for n := 1; ; n++ {
+		statuses, err := sqlapi.CompleteTasks(r.reportCtx, r.w.pool, results)
+		if err == nil {
+			return statuses, nil
+		}
+		if permanentDBError(err) || r.handlerCtx.Err() != nil || r.reportCtx.Err() != nil {
+			return nil, err
+		}
+		delay := r.w.hooks.retry.Delay(n)
+		r.log.Warn("recording a batch of task results failed, retrying", "call", "pgflow.complete_tasks",
+			"tasks", len(results), "retry", n, "delay", delay, "error", err)
+		_ = sleepCtx(r.handlerCtx, delay) // at the hard stop: one last attempt
+	}
+}
+
+func (b *completionBatcher) oneByOne(batch []*pendingCompletion) {
+	for _, p := range batch {
+		p.done <- b.r.completeOne(p.log, p.t, p.out)
+	}
+}
