@@ -29,16 +29,17 @@ func victimPool(t *testing.T, db *pgtest.DB, appName string) *pgxpool.Pool {
 	return pool
 }
 
-// terminateWhen waits for a session of appName in db whose current statement contains fragment (and, when
-// lockWait, that waits for a lock), terminates it with pg_terminate_backend and returns its pid.
+// terminateWhen waits for a session of appName in db whose current or last statement contains fragment (and, when
+// lockWait, that is running it and waiting for a lock), terminates it with pg_terminate_backend and returns its
+// pid.
 func terminateWhen(t *testing.T, admin *pgxpool.Pool, db *pgtest.DB, appName, fragment string, lockWait bool) int {
 	t.Helper()
 	var pid int
 	eventually(t, relWait, "a session running "+fragment, func() bool {
 		err := admin.QueryRow(context.Background(), `
 			select a.pid from pg_stat_activity as a
-			 where a.datname = $1 and a.application_name = $2 and a.state = 'active'
-			   and strpos(a.query, $3) > 0 and (not $4 or a.wait_event_type = 'Lock')
+			 where a.datname = $1 and a.application_name = $2
+			   and strpos(a.query, $3) > 0 and (not $4 or (a.state = 'active' and a.wait_event_type = 'Lock'))
 			 limit 1`, db.Name, appName, fragment, lockWait).Scan(&pid)
 		return err == nil
 	})
@@ -48,7 +49,7 @@ func terminateWhen(t *testing.T, admin *pgxpool.Pool, db *pgtest.DB, appName, fr
 	return pid
 }
 
-// The worker's connections are killed with pg_terminate_backend while it polls, while its claim
+// The worker's connections are killed with pg_terminate_backend while it polls (or between polls), while its claim
 // (pgflow.start_tasks) waits for a lock, and while its completion (pgflow.complete_task) waits for a lock. Each
 // time the statement's transaction rolls back, the worker retries with backoff, and the task runs once and
 // completes once: a lost connection never costs an attempt.
@@ -67,9 +68,9 @@ func TestReliabilityTerminatedConnections(t *testing.T) {
 	waitRegistered(t, db.Pool, w.w.ID())
 
 	t.Run("mid-poll", func(t *testing.T) {
-		terminateWhen(t, db.Pool, db, app, "pgmq.read_with_poll", false)
+		terminateWhen(t, db.Pool, db, app, "pgmq.read", false)
 		eventually(t, relWait, "the worker to log the failed poll", func() bool {
-			return logs.Count("polling the queue failed, retrying") > 0
+			return logs.Count("SQLSTATE 57P01") > 0
 		})
 		runs := startRelRuns(t, db.Pool, reliability.OneStepFlow, reliability.Input{}, 1)
 		waitRunsDone(t, db.Pool, reliability.OneStepFlow, relWait)
@@ -86,10 +87,11 @@ func TestReliabilityTerminatedConnections(t *testing.T) {
 		defer func() { _ = tx.Rollback(ctx) }()
 		_, err = tx.Exec(ctx, `select from pgflow.workers where worker_id = $1::uuid for update`, w.w.ID())
 		require.NoError(t, err)
+		lost := logs.Count("SQLSTATE 57P01")
 		runs := startRelRuns(t, db.Pool, reliability.OneStepFlow, reliability.Input{}, 1)
 		terminateWhen(t, db.Pool, db, app, "pgflow.start_tasks", true)
 		eventually(t, relWait, "the worker to log the failed claim", func() bool {
-			return logs.Count("claiming tasks failed, retrying") > 0
+			return logs.Count("SQLSTATE 57P01") > lost
 		})
 		require.NoError(t, tx.Rollback(ctx))
 		waitRunsDone(t, db.Pool, reliability.OneStepFlow, relWait)
@@ -117,9 +119,10 @@ func TestReliabilityTerminatedConnections(t *testing.T) {
 		_, err = tx.Exec(ctx, `select from pgflow.runs where run_id = $1::uuid for update`, runs[0])
 		require.NoError(t, err)
 		gate.Release()
+		lost := logs.Count("SQLSTATE 57P01")
 		terminateWhen(t, db.Pool, db, app, "pgflow.complete_task", true)
 		eventually(t, relWait, "the worker to log the failed report", func() bool {
-			return logs.Count("reporting the task's result failed, retrying") > 0
+			return logs.Count("SQLSTATE 57P01") > lost
 		})
 		require.NoError(t, tx.Rollback(ctx))
 		waitRunsDone(t, db.Pool, reliability.OneStepFlow, relWait)
