@@ -21,6 +21,243 @@ as $$
   where w.worker_id = mark_worker_stopped.worker_id;
 $$;
 
+-- reliability: timeouts near the integer limit no longer overflow the stall threshold (requeue_stalled_tasks,
+-- which failed for every flow while such a task was started) or the claim visibility (start_tasks).
+
+-- pgflow.requeue_stalled_tasks() guarantees (run periodically by one worker per database, under an advisory lock;
+-- safe to run concurrently with itself and with callbacks):
+--   * a task is stalled when it is 'started', not given up, its run and step are still 'started', and it started
+--     more than the effective step timeout (steps.opt_timeout, else flows.opt_timeout) + 30 seconds ago (upstream
+--     pgflow used only the flow timeout);
+--   * a stalled task requeued fewer than 3 times goes back to 'queued' (started_at and last_worker_id cleared,
+--     requeued_count + 1, last_requeued_at now; attempts_count kept) and its message becomes visible at once,
+--     in the queue the task stored (step_tasks.queue_name; one set_vt_batch call per queue);
+--     rows locked by someone else are skipped (FOR UPDATE SKIP LOCKED) and picked up on a later call;
+--   * a stalled task already requeued 3 times is given up: permanently_stalled_at is set and it fails through
+--     the ordinary failure path, pgflow.fail_task, as an exhausted task, so its step and run fail, or the step is
+--     skipped per when_exhausted (upstream pgflow left such runs 'started' forever);
+--   * returns the number of tasks requeued (not counting the ones given up);
+--   * any timeout the tables accept works, up to 2147483647 s: the threshold is computed in bigint, so one flow
+--     with an absurd timeout cannot make every call fail with "integer out of range" (v0.17.0 did).
+create or replace function pgflow.requeue_stalled_tasks()
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path = ''
+as $$
+declare
+  v_requeued integer := 0;
+  v_queue    record;
+  v_task     record;
+begin
+  for v_queue in
+    with stalled as (
+      select t.run_id, t.step_slug, t.task_index
+        from pgflow.step_tasks as t
+        join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+        join pgflow.flows as f on f.flow_slug = t.flow_slug
+        join pgflow.runs as r on r.run_id = t.run_id
+        join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
+       where t.status = 'started'
+         and t.permanently_stalled_at is null
+         and t.requeued_count < 3
+         and r.status = 'started'
+         and ss.status = 'started'
+         and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout)::bigint + 30)
+         for update of t skip locked
+    ),
+    requeued as (
+      update pgflow.step_tasks as t
+         set status = 'queued',
+             started_at = null,
+             last_worker_id = null,
+             requeued_count = t.requeued_count + 1,
+             last_requeued_at = now()
+        from stalled as st
+       where t.run_id = st.run_id
+         and t.step_slug = st.step_slug
+         and t.task_index = st.task_index
+         and t.status = 'started'
+      returning t.queue_name, t.message_id
+    )
+    select rq.queue_name,
+           count(*)::integer as n,
+           array_agg(rq.message_id order by rq.message_id) filter (where rq.message_id is not null) as msg_ids
+      from requeued as rq
+     group by rq.queue_name
+     order by rq.queue_name
+  loop
+    v_requeued := v_requeued + v_queue.n;
+    if v_queue.msg_ids is not null then
+      perform pgflow.set_vt_batch(v_queue.queue_name, v_queue.msg_ids,
+                                  array_fill(0, array[cardinality(v_queue.msg_ids)]));
+    end if;
+  end loop;
+
+  for v_task in
+    select t.run_id, t.step_slug, t.task_index, t.requeued_count,
+           coalesce(s.opt_timeout, f.opt_timeout) as timeout_seconds
+      from pgflow.step_tasks as t
+      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+      join pgflow.flows as f on f.flow_slug = t.flow_slug
+      join pgflow.runs as r on r.run_id = t.run_id
+      join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
+     where t.status = 'started'
+       and t.permanently_stalled_at is null
+       and t.requeued_count >= 3
+       and r.status = 'started'
+       and ss.status = 'started'
+       and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout)::bigint + 30)
+     order by t.run_id, s.step_index, t.task_index
+  loop
+    -- Lock the run first, like complete_task and fail_task, then re-check: a callback may have won meanwhile.
+    perform 1 from pgflow.runs as r where r.run_id = v_task.run_id for update;
+
+    update pgflow.step_tasks as t
+       set permanently_stalled_at = now()
+     where t.run_id = v_task.run_id
+       and t.step_slug = v_task.step_slug
+       and t.task_index = v_task.task_index
+       and t.status = 'started'
+       and t.permanently_stalled_at is null
+       and t.started_at < now() - make_interval(secs => v_task.timeout_seconds::bigint + 30);
+
+    if found then
+      perform pgflow.fail_task(
+        v_task.run_id, v_task.step_slug, v_task.task_index,
+        format('Task stalled: not finished within its timeout (%s s) + 30 s after %s requeues; given up by requeue_stalled_tasks',
+               v_task.timeout_seconds, v_task.requeued_count));
+    end if;
+  end loop;
+
+  return v_requeued;
+end;
+$$;
+
+-- pgflow.start_tasks(flow_slug, msg_ids, worker_id, queue_name) guarantees (phase 2 of polling, after pgmq.read*):
+--   * queue_name is the queue the worker actually read msg_ids from; NULL (a v0.16.0 worker calling with three
+--     arguments) means the flow's default queue, pgflow._default_queue_name(flow_slug). It is compared in lower
+--     case, the canonical form tasks store;
+--   * claims exactly the tasks whose stored identity (step_tasks.queue_name, message_id) is (that queue, one of
+--     msg_ids), that belong to flow_slug, are 'queued', and whose run and step are 'started'; each claimed task
+--     becomes 'started' (attempts_count + 1, started_at now, last_worker_id = worker_id, which must be a row of
+--     pgflow.workers). The message body is never read: it does not authorise a claim;
+--   * everything else named in msg_ids is left untouched - a task that is already started (not claimed again, no
+--     attempt consumed), terminal or otherwise ineligible, a task of another flow, or an id no task has in that
+--     queue: no row changes, no message is archived, deleted or made visible earlier or later;
+--   * a task is claimed at most once: rows are locked with FOR UPDATE SKIP LOCKED and re-checked, so of two
+--     concurrent calls naming the same ids each task goes to one caller only, and only rows this call actually
+--     claimed are returned. No PGMQ row is locked;
+--   * every claimed message's visibility is set to the effective step timeout (steps.opt_timeout, else
+--     flows.opt_timeout) + 2 seconds from now, at most 2147483647 s (a timeout near the integer limit cannot make
+--     the claim fail with "integer out of range", as in v0.17.0), in the queue the task stored (one set_vt_batch
+--     call per queue);
+--   * returns one step_task_record per claimed task, ordered by msg_id: input = the element task_index of the run
+--     input (root map), of the dependency's stored output (dependent map), or {<dep_slug>: <output>} over the
+--     completed dependencies ({} for root steps); flow_input = the run input for single steps without
+--     dependencies, NULL otherwise;
+--   * NULL or empty msg_ids claim nothing and return nothing.
+create or replace function pgflow.start_tasks(
+  flow_slug  text,
+  msg_ids    bigint[],
+  worker_id  uuid,
+  queue_name text default null
+)
+returns setof pgflow.step_task_record
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_queue_name text;
+  v_claimed    bigint[] := '{}';
+  v_group      record;
+begin
+  if start_tasks.msg_ids is null or cardinality(start_tasks.msg_ids) = 0 then
+    return;
+  end if;
+
+  v_queue_name := lower(coalesce(start_tasks.queue_name, pgflow._default_queue_name(start_tasks.flow_slug)));
+
+  for v_group in
+    with candidates as (
+      select t.run_id, t.step_slug, t.task_index
+        from pgflow.step_tasks as t
+        join pgflow.runs as r on r.run_id = t.run_id
+        join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
+       where t.queue_name = v_queue_name
+         and t.message_id = any (start_tasks.msg_ids)
+         and t.flow_slug = start_tasks.flow_slug
+         and t.status = 'queued'
+         and r.status = 'started'
+         and ss.status = 'started'
+       order by t.message_id
+         for update of t skip locked
+    ),
+    claimed as (
+      update pgflow.step_tasks as t
+         set status = 'started',
+             attempts_count = t.attempts_count + 1,
+             started_at = now(),
+             last_worker_id = start_tasks.worker_id
+        from candidates as c
+       where t.run_id = c.run_id
+         and t.step_slug = c.step_slug
+         and t.task_index = c.task_index
+         and t.status = 'queued'
+      returning t.flow_slug, t.step_slug, t.queue_name, t.message_id
+    )
+    select c.queue_name,
+           array_agg(c.message_id order by c.message_id) as msg_ids,
+           array_agg(least(coalesce(s.opt_timeout, f.opt_timeout), 2147483645) + 2 order by c.message_id) as vt_offsets
+      from claimed as c
+      join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
+      join pgflow.flows as f on f.flow_slug = c.flow_slug
+     group by c.queue_name
+     order by c.queue_name
+  loop
+    perform pgflow.set_vt_batch(v_group.queue_name, v_group.msg_ids, v_group.vt_offsets);
+    v_claimed := v_claimed || v_group.msg_ids;
+  end loop;
+
+  if cardinality(v_claimed) = 0 then
+    return;
+  end if;
+
+  return query
+    select t.flow_slug,
+           t.run_id,
+           t.step_slug,
+           case
+             when s.step_type = 'map' and s.deps_count = 0 then r.input -> t.task_index
+             when s.step_type = 'map' then (
+               select dss.output -> t.task_index
+                 from pgflow.deps as d
+                 join pgflow.step_states as dss on dss.run_id = t.run_id and dss.step_slug = d.dep_slug
+                where d.flow_slug = t.flow_slug and d.step_slug = t.step_slug
+                limit 1)
+             else coalesce(
+               (select jsonb_object_agg(d.dep_slug, dss.output)
+                  from pgflow.deps as d
+                  join pgflow.step_states as dss on dss.run_id = t.run_id and dss.step_slug = d.dep_slug
+                 where d.flow_slug = t.flow_slug
+                   and d.step_slug = t.step_slug
+                   and dss.status = 'completed'),
+               '{}'::jsonb)
+           end,
+           t.message_id,
+           t.task_index,
+           case when s.step_type = 'single' and s.deps_count = 0 then r.input end
+      from pgflow.step_tasks as t
+      join pgflow.runs as r on r.run_id = t.run_id
+      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+     where t.queue_name = v_queue_name
+       and t.message_id = any (v_claimed)
+     order by t.message_id;
+end;
+$$;
+
 -- perf: batched completion, bulk start, queue wake-ups (see docs/performance.md)
 
 -- pgflow._emit_events(payloads) guarantees: the same as calling pgflow._emit_event(payload, event, run_id) for
@@ -194,7 +431,14 @@ begin
     return;
   end if;
 
-  with done as (
+  -- The runs are found by primary key: a plan that scans the started runs would cost milliseconds
+  -- when thousands are started.
+  with ids as materialized (
+    select r.run_id
+      from unnest(_maybe_complete_runs.run_ids) as u (id)
+      join pgflow.runs as r on r.run_id = u.id
+  ),
+  done as (
     update pgflow.runs as r
        set status = 'completed',
            completed_at = now(),
@@ -205,7 +449,8 @@ begin
                 and ss.status = 'completed'
                 and not exists (
                   select 1 from pgflow.deps as d where d.flow_slug = r.flow_slug and d.dep_slug = ss.step_slug))
-     where r.run_id = any (_maybe_complete_runs.run_ids)
+      from ids
+     where r.run_id = ids.run_id
        and r.status = 'started'
        and r.remaining_steps = 0
     returning r.run_id, r.flow_slug, r.status, r.output, r.completed_at
@@ -260,15 +505,21 @@ begin
     return;
   end if;
 
-  with started as (
+  -- The runs are found by primary key (then filtered by status): a plan that scans the started runs costs
+  -- milliseconds per run when thousands are started.
+  with runs as materialized (
+    select r.run_id, r.status
+      from unnest(_start_ready_steps_batch.run_ids) as u (id)
+      join pgflow.runs as r on r.run_id = u.id
+  ),
+  started as (
     update pgflow.step_states as ss
        set status = 'started',
            started_at = now(),
            remaining_tasks = ss.initial_tasks
-      from pgflow.runs as r
-     where ss.run_id = any (_start_ready_steps_batch.run_ids)
-       and r.run_id = ss.run_id
-       and r.status = 'started'
+      from runs as r
+     where r.status = 'started'
+       and ss.run_id = r.run_id
        and ss.status = 'created'
        and ss.remaining_deps = 0
        and ss.initial_tasks > 0
@@ -782,122 +1033,6 @@ begin
 end;
 $$;
 
--- perf: end
-
--- reliability: timeouts near the integer limit no longer overflow the stall threshold (requeue_stalled_tasks,
--- which failed for every flow while such a task was started) or the claim visibility (start_tasks).
-
--- pgflow.requeue_stalled_tasks() guarantees (run periodically by one worker per database, under an advisory lock;
--- safe to run concurrently with itself and with callbacks):
---   * a task is stalled when it is 'started', not given up, its run and step are still 'started', and it started
---     more than the effective step timeout (steps.opt_timeout, else flows.opt_timeout) + 30 seconds ago (upstream
---     pgflow used only the flow timeout);
---   * a stalled task requeued fewer than 3 times goes back to 'queued' (started_at and last_worker_id cleared,
---     requeued_count + 1, last_requeued_at now; attempts_count kept) and its message becomes visible at once,
---     in the queue the task stored (step_tasks.queue_name; one set_vt_batch call per queue);
---     rows locked by someone else are skipped (FOR UPDATE SKIP LOCKED) and picked up on a later call;
---   * a stalled task already requeued 3 times is given up: permanently_stalled_at is set and it fails through
---     the ordinary failure path, pgflow.fail_task, as an exhausted task, so its step and run fail, or the step is
---     skipped per when_exhausted (upstream pgflow left such runs 'started' forever);
---   * returns the number of tasks requeued (not counting the ones given up);
---   * any timeout the tables accept works, up to 2147483647 s: the threshold is computed in bigint, so one flow
---     with an absurd timeout cannot make every call fail with "integer out of range" (v0.17.0 did).
-create or replace function pgflow.requeue_stalled_tasks()
-returns integer
-language plpgsql
-volatile
-security definer
-set search_path = ''
-as $$
-declare
-  v_requeued integer := 0;
-  v_queue    record;
-  v_task     record;
-begin
-  for v_queue in
-    with stalled as (
-      select t.run_id, t.step_slug, t.task_index
-        from pgflow.step_tasks as t
-        join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-        join pgflow.flows as f on f.flow_slug = t.flow_slug
-        join pgflow.runs as r on r.run_id = t.run_id
-        join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
-       where t.status = 'started'
-         and t.permanently_stalled_at is null
-         and t.requeued_count < 3
-         and r.status = 'started'
-         and ss.status = 'started'
-         and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout)::bigint + 30)
-         for update of t skip locked
-    ),
-    requeued as (
-      update pgflow.step_tasks as t
-         set status = 'queued',
-             started_at = null,
-             last_worker_id = null,
-             requeued_count = t.requeued_count + 1,
-             last_requeued_at = now()
-        from stalled as st
-       where t.run_id = st.run_id
-         and t.step_slug = st.step_slug
-         and t.task_index = st.task_index
-         and t.status = 'started'
-      returning t.queue_name, t.message_id
-    )
-    select rq.queue_name,
-           count(*)::integer as n,
-           array_agg(rq.message_id order by rq.message_id) filter (where rq.message_id is not null) as msg_ids
-      from requeued as rq
-     group by rq.queue_name
-     order by rq.queue_name
-  loop
-    v_requeued := v_requeued + v_queue.n;
-    if v_queue.msg_ids is not null then
-      perform pgflow.set_vt_batch(v_queue.queue_name, v_queue.msg_ids,
-                                  array_fill(0, array[cardinality(v_queue.msg_ids)]));
-    end if;
-  end loop;
-
-  for v_task in
-    select t.run_id, t.step_slug, t.task_index, t.requeued_count,
-           coalesce(s.opt_timeout, f.opt_timeout) as timeout_seconds
-      from pgflow.step_tasks as t
-      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-      join pgflow.flows as f on f.flow_slug = t.flow_slug
-      join pgflow.runs as r on r.run_id = t.run_id
-      join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
-     where t.status = 'started'
-       and t.permanently_stalled_at is null
-       and t.requeued_count >= 3
-       and r.status = 'started'
-       and ss.status = 'started'
-       and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout)::bigint + 30)
-     order by t.run_id, s.step_index, t.task_index
-  loop
-    -- Lock the run first, like complete_task and fail_task, then re-check: a callback may have won meanwhile.
-    perform 1 from pgflow.runs as r where r.run_id = v_task.run_id for update;
-
-    update pgflow.step_tasks as t
-       set permanently_stalled_at = now()
-     where t.run_id = v_task.run_id
-       and t.step_slug = v_task.step_slug
-       and t.task_index = v_task.task_index
-       and t.status = 'started'
-       and t.permanently_stalled_at is null
-       and t.started_at < now() - make_interval(secs => v_task.timeout_seconds::bigint + 30);
-
-    if found then
-      perform pgflow.fail_task(
-        v_task.run_id, v_task.step_slug, v_task.task_index,
-        format('Task stalled: not finished within its timeout (%s s) + 30 s after %s requeues; given up by requeue_stalled_tasks',
-               v_task.timeout_seconds, v_task.requeued_count));
-    end if;
-  end loop;
-
-  return v_requeued;
-end;
-$$;
-
 -- pgflow.start_tasks(flow_slug, msg_ids, worker_id, queue_name) guarantees (phase 2 of polling, after pgmq.read*):
 --   * queue_name is the queue the worker actually read msg_ids from; NULL (a v0.16.0 worker calling with three
 --     arguments) means the flow's default queue, pgflow._default_queue_name(flow_slug). It is compared in lower
@@ -944,17 +1079,22 @@ begin
   v_queue_name := lower(coalesce(start_tasks.queue_name, pgflow._default_queue_name(start_tasks.flow_slug)));
 
   for v_group in
-    with candidates as (
+    -- The plan is driven by the given ids (one lookup each in the (queue_name, message_id) key), and the run and
+    -- step state are found by primary key: with a backlog of thousands of queued tasks and started runs, a plan
+    -- that scans the queued tasks or the started runs costs milliseconds per claim.
+    with ids as materialized (
+      select distinct m.id from unnest(start_tasks.msg_ids) as m (id)
+    ),
+    candidates as (
       select t.run_id, t.step_slug, t.task_index
-        from pgflow.step_tasks as t
-        join pgflow.runs as r on r.run_id = t.run_id
-        join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
-       where t.queue_name = v_queue_name
-         and t.message_id = any (start_tasks.msg_ids)
-         and t.flow_slug = start_tasks.flow_slug
+        from ids
+        join pgflow.step_tasks as t on t.queue_name = v_queue_name and t.message_id = ids.id
+       where t.flow_slug = start_tasks.flow_slug
          and t.status = 'queued'
-         and r.status = 'started'
-         and ss.status = 'started'
+         and (select r.status from pgflow.runs as r where r.run_id = t.run_id) = 'started'
+         and (select ss.status
+                from pgflow.step_states as ss
+               where ss.run_id = t.run_id and ss.step_slug = t.step_slug) = 'started'
        order by t.message_id
          for update of t skip locked
     ),
@@ -1020,3 +1160,5 @@ begin
      order by t.message_id;
 end;
 $$;
+
+-- perf: end
