@@ -365,6 +365,15 @@ func (c *Client) Subscribe(ctx context.Context, runID string) (<-chan Event, err
 		sub.Close()
 		return nil, fmt.Errorf("pgflow: subscribe to run %s: %w", id, ctx.Err())
 	}
+	// The read below covers the "re-read now" marker the subscription queued when it became active; drop that
+	// marker now, or forward would re-read later and could close the channel before delivering the events of a
+	// change made right after this read. Events already queued are kept and delivered first.
+	var early []notify.Message
+	for _, m := range sub.Drain() {
+		if !m.Resync {
+			early = append(early, m)
+		}
+	}
 	run, err := c.getRun(ctx, id)
 	if err != nil {
 		sub.Close()
@@ -379,12 +388,12 @@ func (c *Client) Subscribe(ctx context.Context, runID string) (<-chan Event, err
 		close(out)
 		return out, nil
 	}
-	go c.forward(ctx, sub, id, out)
+	go c.forward(ctx, sub, id, out, early)
 	return out, nil
 }
 
 // forward moves one run's events from the subscription to out until the run ends, ctx ends or the client closes.
-func (c *Client) forward(ctx context.Context, sub *notify.Subscription, runID string, out chan<- Event) {
+func (c *Client) forward(ctx context.Context, sub *notify.Subscription, runID string, out chan<- Event, early []notify.Message) {
 	defer close(out)
 	defer sub.Close()
 	send := func(ev Event) bool {
@@ -395,15 +404,20 @@ func (c *Client) forward(ctx context.Context, sub *notify.Subscription, runID st
 			return false
 		}
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-sub.Done():
-			return
-		case <-sub.Ready():
+	for first := true; ; first = false {
+		var msgs []notify.Message
+		if first && len(early) > 0 {
+			msgs = early
+		} else {
+			select {
+			case <-ctx.Done():
+				return
+			case <-sub.Done():
+				return
+			case <-sub.Ready():
+			}
+			msgs = sub.Drain()
 		}
-		msgs := sub.Drain()
 		ended := false
 		for _, m := range msgs {
 			if m.Resync {
