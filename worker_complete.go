@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -19,6 +20,8 @@ const (
 	// completions queue up and go out together in the next batch, so batches grow with the load and a lone
 	// completion never waits for company.
 	completionFlushers = 2
+	// completionLinger is how long a flusher waits for more completions while other tasks are still running.
+	completionLinger = time.Millisecond
 )
 
 // completionBatcher records the results of successful handlers. Handlers hand their output over and wait for
@@ -93,18 +96,42 @@ func (b *completionBatcher) loop() {
 		case <-b.stopped:
 			return
 		}
-		batch := []*pendingCompletion{first}
-	more:
-		for len(batch) < maxCompletionBatch {
-			select {
-			case p := <-b.queue:
-				batch = append(batch, p)
-			default:
-				break more
-			}
-		}
+		batch := b.gather(first)
 		b.flush(batch)
 	}
+}
+
+// gather takes every completion queued now after first. While other tasks of this worker are still running (a
+// burst of handlers that started together tends to finish together), it waits up to completionLinger for more,
+// so a burst is not split into a lone first completion and the rest.
+func (b *completionBatcher) gather(first *pendingCompletion) []*pendingCompletion {
+	batch := []*pendingCompletion{first}
+	var deadline <-chan time.Time
+	for len(batch) < maxCompletionBatch {
+		select {
+		case p := <-b.queue:
+			batch = append(batch, p)
+			continue
+		default:
+		}
+		if b.r.inFlight.Load() <= int64(len(batch)) {
+			return batch
+		}
+		if deadline == nil {
+			t := time.NewTimer(completionLinger)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case p := <-b.queue:
+			batch = append(batch, p)
+		case <-deadline:
+			return batch
+		case <-b.stopped:
+			return batch
+		}
+	}
+	return batch
 }
 
 // flush records a batch and hands every task its outcome.

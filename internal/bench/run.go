@@ -96,7 +96,7 @@ func (e *env) prepareFlow(ctx context.Context, bf *benchFlow) error {
 	if err != nil {
 		return fmt.Errorf("compile flow %q: %w", bf.slug, err)
 	}
-	return pgx.BeginFunc(ctx, e.mon, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, e.mon, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `select pgflow.delete_flow_and_data($1::text)`, bf.slug); err != nil {
 			return fmt.Errorf("delete flow %q: %w", bf.slug, err)
 		}
@@ -107,6 +107,19 @@ func (e *env) prepareFlow(ctx context.Context, bf *benchFlow) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return e.vacuum(ctx)
+}
+
+// vacuum vacuums and analyzes the engine's tables, so every scenario starts without the dead rows of the one
+// before it (deleted flows, completed work) and with statistics that describe the tables as they are.
+func (e *env) vacuum(ctx context.Context) error {
+	if _, err := e.mon.Exec(ctx, `vacuum (analyze) pgflow.runs, pgflow.step_states, pgflow.step_tasks, pgflow.workers`); err != nil {
+		return fmt.Errorf("vacuum the pgflow tables: %w", err)
+	}
+	return nil
 }
 
 // workerSet is the workers of one scenario, each with its own pool.
@@ -311,6 +324,9 @@ func (e *env) runThroughput(ctx context.Context, cfg Config, name string, progre
 	if err := startRuns(ctx, e.mon, bf, runs, cfg.StartBatch, func(done int) {
 		progress(Progress{Phase: "starting runs", Done: int64(done), Total: int64(runs), Unit: "runs"})
 	}); err != nil {
+		return nil, err
+	}
+	if err := e.vacuum(ctx); err != nil { // statistics that know the backlog
 		return nil, err
 	}
 	var elapsed time.Duration

@@ -17,14 +17,7 @@ begin
     return;
   end if;
 
-  -- The runs are found by primary key: a plan that scans the started runs would cost milliseconds
-  -- when thousands are started.
-  with ids as materialized (
-    select r.run_id
-      from unnest(_maybe_complete_runs.run_ids) as u (id)
-      join pgflow.runs as r on r.run_id = u.id
-  ),
-  done as (
+  with done as (
     update pgflow.runs as r
        set status = 'completed',
            completed_at = now(),
@@ -35,8 +28,7 @@ begin
                 and ss.status = 'completed'
                 and not exists (
                   select 1 from pgflow.deps as d where d.flow_slug = r.flow_slug and d.dep_slug = ss.step_slug))
-      from ids
-     where r.run_id = ids.run_id
+     where r.run_id = any (_maybe_complete_runs.run_ids)
        and r.status = 'started'
        and r.remaining_steps = 0
     returning r.run_id, r.flow_slug, r.status, r.output, r.completed_at

@@ -29,26 +29,23 @@ declare
   v_delays integer[];
   v_counts integer[];
   v_events jsonb[];
+  v_live   uuid[];
 begin
   if _start_ready_steps_batch.run_ids is null or cardinality(_start_ready_steps_batch.run_ids) = 0 then
     return;
   end if;
 
-  -- The runs are found by primary key (then filtered by status): a plan that scans the started runs costs
-  -- milliseconds per run when thousands are started.
-  with runs as materialized (
-    select r.run_id, r.status
-      from unnest(_start_ready_steps_batch.run_ids) as u (id)
-      join pgflow.runs as r on r.run_id = u.id
-  ),
-  started as (
+  -- Every table is filtered with "= any (array)" on its key, never joined to a set of ids: with statistics that
+  -- do not know a backlog of thousands of started runs, a join can turn into a nested loop over all of them.
+  v_live := array(
+    select r.run_id from pgflow.runs as r where r.run_id = any (_start_ready_steps_batch.run_ids) and r.status = 'started');
+
+  with started as (
     update pgflow.step_states as ss
        set status = 'started',
            started_at = now(),
            remaining_tasks = ss.initial_tasks
-      from runs as r
-     where r.status = 'started'
-       and ss.run_id = r.run_id
+     where ss.run_id = any (v_live)
        and ss.status = 'created'
        and ss.remaining_deps = 0
        and ss.initial_tasks > 0

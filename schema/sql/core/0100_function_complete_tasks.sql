@@ -62,21 +62,25 @@ begin
     where r.run_id = any (complete_tasks.run_ids)
     order by r.run_id
       for update;
+  -- States and tasks are locked one key at a time (lateral lookups in key order), never by a join whose plan
+  -- could scan whole tables.
   perform 1
-     from pgflow.step_states as ss
-     join (select distinct x.run_id, x.step_slug
-             from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) as x (run_id, step_slug)) as k
-       on k.run_id = ss.run_id and k.step_slug = ss.step_slug
-    order by ss.run_id, ss.step_slug
-      for update of ss;
+     from (select distinct x.run_id, x.step_slug
+             from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) as x (run_id, step_slug)
+            order by x.run_id, x.step_slug) as k
+     cross join lateral (
+       select 1 from pgflow.step_states as ss
+        where ss.run_id = k.run_id and ss.step_slug = k.step_slug
+          for update) as l;
   perform 1
-     from pgflow.step_tasks as t
-     join (select distinct x.run_id, x.step_slug, x.task_index
+     from (select distinct x.run_id, x.step_slug, x.task_index
              from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes)
-                    as x (run_id, step_slug, task_index)) as k
-       on k.run_id = t.run_id and k.step_slug = t.step_slug and k.task_index = t.task_index
-    order by t.run_id, t.step_slug, t.task_index
-      for update of t;
+                    as x (run_id, step_slug, task_index)
+            order by x.run_id, x.step_slug, x.task_index) as k
+     cross join lateral (
+       select 1 from pgflow.step_tasks as t
+        where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+          for update) as l;
 
   -- Split the tasks into the plainly completable ones and the rest. A run with any task of the rest has all its
   -- tasks of this call completed one by one, so their order within the run is kept.

@@ -44,17 +44,15 @@ begin
   v_queue_name := lower(coalesce(start_tasks.queue_name, pgflow._default_queue_name(start_tasks.flow_slug)));
 
   for v_group in
-    -- The plan is driven by the given ids (one lookup each in the (queue_name, message_id) key), and the run and
-    -- step state are found by primary key: with a backlog of thousands of queued tasks and started runs, a plan
-    -- that scans the queued tasks or the started runs costs milliseconds per claim.
-    with ids as materialized (
-      select distinct m.id from unnest(start_tasks.msg_ids) as m (id)
-    ),
-    candidates as (
+    -- The tasks are found with "= any (msg_ids)" on their key and the run and step state by primary key: joined
+    -- to runs and step states, with statistics that do not know a backlog of thousands of queued tasks and
+    -- started runs, the plan can turn into a nested loop over all of them (milliseconds per claim).
+    with candidates as (
       select t.run_id, t.step_slug, t.task_index
-        from ids
-        join pgflow.step_tasks as t on t.queue_name = v_queue_name and t.message_id = ids.id
-       where t.flow_slug = start_tasks.flow_slug
+        from pgflow.step_tasks as t
+       where t.queue_name = v_queue_name
+         and t.message_id = any (start_tasks.msg_ids)
+         and t.flow_slug = start_tasks.flow_slug
          and t.status = 'queued'
          and (select r.status from pgflow.runs as r where r.run_id = t.run_id) = 'started'
          and (select ss.status

@@ -431,14 +431,7 @@ begin
     return;
   end if;
 
-  -- The runs are found by primary key: a plan that scans the started runs would cost milliseconds
-  -- when thousands are started.
-  with ids as materialized (
-    select r.run_id
-      from unnest(_maybe_complete_runs.run_ids) as u (id)
-      join pgflow.runs as r on r.run_id = u.id
-  ),
-  done as (
+  with done as (
     update pgflow.runs as r
        set status = 'completed',
            completed_at = now(),
@@ -449,8 +442,7 @@ begin
                 and ss.status = 'completed'
                 and not exists (
                   select 1 from pgflow.deps as d where d.flow_slug = r.flow_slug and d.dep_slug = ss.step_slug))
-      from ids
-     where r.run_id = ids.run_id
+     where r.run_id = any (_maybe_complete_runs.run_ids)
        and r.status = 'started'
        and r.remaining_steps = 0
     returning r.run_id, r.flow_slug, r.status, r.output, r.completed_at
@@ -500,26 +492,23 @@ declare
   v_delays integer[];
   v_counts integer[];
   v_events jsonb[];
+  v_live   uuid[];
 begin
   if _start_ready_steps_batch.run_ids is null or cardinality(_start_ready_steps_batch.run_ids) = 0 then
     return;
   end if;
 
-  -- The runs are found by primary key (then filtered by status): a plan that scans the started runs costs
-  -- milliseconds per run when thousands are started.
-  with runs as materialized (
-    select r.run_id, r.status
-      from unnest(_start_ready_steps_batch.run_ids) as u (id)
-      join pgflow.runs as r on r.run_id = u.id
-  ),
-  started as (
+  -- Every table is filtered with "= any (array)" on its key, never joined to a set of ids: with statistics that
+  -- do not know a backlog of thousands of started runs, a join can turn into a nested loop over all of them.
+  v_live := array(
+    select r.run_id from pgflow.runs as r where r.run_id = any (_start_ready_steps_batch.run_ids) and r.status = 'started');
+
+  with started as (
     update pgflow.step_states as ss
        set status = 'started',
            started_at = now(),
            remaining_tasks = ss.initial_tasks
-      from runs as r
-     where r.status = 'started'
-       and ss.run_id = r.run_id
+     where ss.run_id = any (v_live)
        and ss.status = 'created'
        and ss.remaining_deps = 0
        and ss.initial_tasks > 0
@@ -665,21 +654,25 @@ begin
     where r.run_id = any (complete_tasks.run_ids)
     order by r.run_id
       for update;
+  -- States and tasks are locked one key at a time (lateral lookups in key order), never by a join whose plan
+  -- could scan whole tables.
   perform 1
-     from pgflow.step_states as ss
-     join (select distinct x.run_id, x.step_slug
-             from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) as x (run_id, step_slug)) as k
-       on k.run_id = ss.run_id and k.step_slug = ss.step_slug
-    order by ss.run_id, ss.step_slug
-      for update of ss;
+     from (select distinct x.run_id, x.step_slug
+             from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) as x (run_id, step_slug)
+            order by x.run_id, x.step_slug) as k
+     cross join lateral (
+       select 1 from pgflow.step_states as ss
+        where ss.run_id = k.run_id and ss.step_slug = k.step_slug
+          for update) as l;
   perform 1
-     from pgflow.step_tasks as t
-     join (select distinct x.run_id, x.step_slug, x.task_index
+     from (select distinct x.run_id, x.step_slug, x.task_index
              from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes)
-                    as x (run_id, step_slug, task_index)) as k
-       on k.run_id = t.run_id and k.step_slug = t.step_slug and k.task_index = t.task_index
-    order by t.run_id, t.step_slug, t.task_index
-      for update of t;
+                    as x (run_id, step_slug, task_index)
+            order by x.run_id, x.step_slug, x.task_index) as k
+     cross join lateral (
+       select 1 from pgflow.step_tasks as t
+        where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+          for update) as l;
 
   -- Split the tasks into the plainly completable ones and the rest. A run with any task of the rest has all its
   -- tasks of this call completed one by one, so their order within the run is kept.
@@ -1079,17 +1072,15 @@ begin
   v_queue_name := lower(coalesce(start_tasks.queue_name, pgflow._default_queue_name(start_tasks.flow_slug)));
 
   for v_group in
-    -- The plan is driven by the given ids (one lookup each in the (queue_name, message_id) key), and the run and
-    -- step state are found by primary key: with a backlog of thousands of queued tasks and started runs, a plan
-    -- that scans the queued tasks or the started runs costs milliseconds per claim.
-    with ids as materialized (
-      select distinct m.id from unnest(start_tasks.msg_ids) as m (id)
-    ),
-    candidates as (
+    -- The tasks are found with "= any (msg_ids)" on their key and the run and step state by primary key: joined
+    -- to runs and step states, with statistics that do not know a backlog of thousands of queued tasks and
+    -- started runs, the plan can turn into a nested loop over all of them (milliseconds per claim).
+    with candidates as (
       select t.run_id, t.step_slug, t.task_index
-        from ids
-        join pgflow.step_tasks as t on t.queue_name = v_queue_name and t.message_id = ids.id
-       where t.flow_slug = start_tasks.flow_slug
+        from pgflow.step_tasks as t
+       where t.queue_name = v_queue_name
+         and t.message_id = any (start_tasks.msg_ids)
+         and t.flow_slug = start_tasks.flow_slug
          and t.status = 'queued'
          and (select r.status from pgflow.runs as r where r.run_id = t.run_id) = 'started'
          and (select ss.status
