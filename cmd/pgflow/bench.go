@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +22,7 @@ func newBenchCmd(opts *globalOptions) *cobra.Command {
 		asJSON    bool
 		noBar     bool
 		verbose   bool
+		cpuProf   string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -66,6 +69,17 @@ measures the window after the warm-up. See docs/performance.md for the method.`,
 				bar = &progressBar{w: errOut}
 				cfg.Progress = bar.update
 			}
+			if cpuProf != "" {
+				f, err := os.Create(cpuProf)
+				if err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			rep, err := bench.Run(cmd.Context(), cfg)
 			if bar != nil {
 				bar.clear()
@@ -97,6 +111,7 @@ measures the window after the warm-up. See docs/performance.md for the method.`,
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVar(&noBar, "no-progress", false, "do not draw the progress bar (it is drawn on a terminal only)")
 	f.BoolVar(&verbose, "verbose", false, "show the workers' warnings")
+	f.StringVar(&cpuProf, "cpuprofile", "", "write a Go CPU profile of the benchmark process (workers included) to this file")
 	addSoakMode(cmd, opts) // --soak DURATION: the reliability soak (soak.go)
 	return cmd
 }
