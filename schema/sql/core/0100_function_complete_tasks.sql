@@ -10,12 +10,12 @@
 --     call, the flow has no step with a condition pattern, no type violation is possible, and the same holds for
 --     every other task of the same run in the call - are completed together: one UPDATE of their tasks, one of
 --     their step states (a step whose last task completes becomes 'completed' with its output in the same row
---     version), one of the dependents (remaining_deps, map task counts), step:completed events in
---     (run_id, step_index) order, one UPDATE of the runs (a run left without steps becomes 'completed' in the
---     same row version, run:completed), taskless steps cascade, one pgmq.archive call per queue for their
---     messages, ready steps start through pgflow._start_ready_steps_batch, and runs finished by a cascade
---     complete through pgflow._maybe_complete_runs; every other task goes through pgflow.complete_task itself,
---     afterwards. Events of one run keep their causal order (a dependent's step:started may follow the
+--     version), one of the dependents (remaining_deps, map task counts), one UPDATE of the runs (a run left
+--     without steps becomes 'completed' in the same row version), step:completed and run:completed events in one
+--     call (per run: its steps in step_index order, then the run), taskless steps cascade, one pgmq.archive call
+--     per queue for their messages, ready steps of the runs where a dependent became ready or a cascade ran start
+--     through pgflow._start_ready_steps_batch, and runs finished by a cascade complete through
+--     pgflow._maybe_complete_runs; every other task goes through pgflow.complete_task itself, afterwards. Events of one run keep their causal order (a dependent's step:started may follow the
 --     completion of a sibling completed in the same call);
 --   * returns one row per array element: its 1-based position and the task's status afterwards ('completed' when
 --     recorded; the status complete_task reports otherwise; NULL when no such task exists);
@@ -34,7 +34,9 @@ declare
   v_slow      integer[];
   v_runs      uuid[];
   v_events    jsonb[];
-  v_cascaded  uuid[];
+  v_cascaded  uuid[] := '{}';
+  v_ready     uuid[];
+  v_run_events jsonb[];
   v_run_id    uuid;
   v_queue     record;
   v_pos       integer;
@@ -189,24 +191,28 @@ begin
     if v_runs is not null then
       -- Dependents of the completed steps: one dependency fewer per completed parent; a dependent map learns its
       -- task count from its parent's array.
-      update pgflow.step_states as cs
-         set remaining_deps = cs.remaining_deps - p.n,
-             initial_tasks = case
-                               when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
-                               else cs.initial_tasks
-                             end
-        from (
-          select x.run_id, d.step_slug as child_slug, ch.step_type as child_type, count(*)::integer as n,
-                 max(case when jsonb_typeof(x.output) = 'array' then jsonb_array_length(x.output) end) as output_len
-            from unnest(v_runs, v_c_steps, v_c_flows, v_c_outputs) as x (run_id, step_slug, flow_slug, output)
-            join pgflow.deps as d on d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
-            join pgflow.steps as ch on ch.flow_slug = d.flow_slug and ch.step_slug = d.step_slug
-           group by x.run_id, d.step_slug, ch.step_type
-        ) as p
-       where cs.run_id = p.run_id
-         and cs.step_slug = p.child_slug;
-
-      perform pgflow._emit_events(v_events);
+      with upd as (
+        update pgflow.step_states as cs
+           set remaining_deps = cs.remaining_deps - p.n,
+               initial_tasks = case
+                                 when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
+                                 else cs.initial_tasks
+                               end
+          from (
+            select x.run_id, d.step_slug as child_slug, ch.step_type as child_type, count(*)::integer as n,
+                   max(case when jsonb_typeof(x.output) = 'array' then jsonb_array_length(x.output) end) as output_len
+              from unnest(v_runs, v_c_steps, v_c_flows, v_c_outputs) as x (run_id, step_slug, flow_slug, output)
+              join pgflow.deps as d on d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
+              join pgflow.steps as ch on ch.flow_slug = d.flow_slug and ch.step_slug = d.step_slug
+             group by x.run_id, d.step_slug, ch.step_type
+          ) as p
+         where cs.run_id = p.run_id
+           and cs.step_slug = p.child_slug
+        returning cs.run_id, cs.remaining_deps
+      )
+      select array_agg(distinct u.run_id) filter (where u.remaining_deps = 0)
+        into v_ready
+        from upd as u;
 
       -- The runs: one step fewer per completed step. A run left without steps is complete (nothing can start
       -- or cascade in it any more): it becomes 'completed' in the same row version, with the outputs of its
@@ -241,10 +247,14 @@ begin
                          'status', u.status,
                          'output', u.output,
                          'completed_at', u.completed_at) order by u.run_id) filter (where u.status = 'completed')
-        into v_runs, v_events
+        into v_runs, v_run_events
         from updated as u;
 
-      perform pgflow._emit_events(v_events);
+      -- One call for all events: per run, its step:completed events, then its run:completed.
+      perform pgflow._emit_events(array(
+        select e.p
+          from unnest(v_events || coalesce(v_run_events, '{}')) with ordinality as e (p, pos)
+         order by (e.p ->> 'run_id')::uuid, e.pos));
 
       -- Taskless steps (maps over an empty array) that became ready complete by cascade. (The flows of these
       -- runs have no conditions, so resolving conditions first would change nothing.)
@@ -276,8 +286,9 @@ begin
       perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
     end loop;
 
-    if v_runs is not null then
-      perform pgflow._start_ready_steps_batch(v_runs);
+    -- Only runs where a dependent became ready or a cascade ran can have steps to start.
+    if v_ready is not null or cardinality(v_cascaded) > 0 then
+      perform pgflow._start_ready_steps_batch(coalesce(v_ready, '{}') || v_cascaded);
       perform pgflow._maybe_complete_runs(v_cascaded);
     end if;
 
