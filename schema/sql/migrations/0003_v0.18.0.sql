@@ -1,4 +1,4 @@
--- pgflow-go schema v0.18.0 (unreleased until listed in RELEASED): changes since v0.17.0.
+-- pgflow-go schema v0.18.0: changes since v0.17.0.
 set local check_function_bodies = off;
 
 -- mark_worker_stopped: one timestamp for stopped_at, last_heartbeat_at and deprecated_at (three calls of
