@@ -34,8 +34,9 @@ type FlowStep struct {
 	QueueName *string  `json:"queue_name"` // steps.queue_name (schema v0.17.0+); nil on older schemas
 }
 
-const listFlowsSQL = `
-select f.flow_slug, f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.created_at,
+// flowStepsJSON selects, for the flow row f, its steps in step_index order as a jsonb array of FlowStep objects
+// (queue_name read through to_jsonb, so schemas before v0.17.0 give null). Shared by the CLI and the dashboard.
+const flowStepsJSON = `
   coalesce((
     select jsonb_agg(jsonb_build_object(
         'step_slug', s.step_slug,
@@ -50,7 +51,10 @@ select f.flow_slug, f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.creat
       order by s.step_index)
     from pgflow.steps as s
     where s.flow_slug = f.flow_slug), '[]'::jsonb),
-  (select count(*) from pgflow.runs as r where r.flow_slug = f.flow_slug and r.status = 'started')
+`
+
+const listFlowsSQL = `
+select f.flow_slug, f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.created_at,` + flowStepsJSON + `  (select count(*) from pgflow.runs as r where r.flow_slug = f.flow_slug and r.status = 'started')
 from pgflow.flows as f
 where $1::text is null or f.flow_slug = $1::text
 order by f.flow_slug`

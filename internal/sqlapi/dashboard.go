@@ -33,22 +33,7 @@ type DashFlow struct {
 }
 
 const dashFlowsSQL = `
-select f.flow_slug, f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.created_at,
-  coalesce((
-    select jsonb_agg(jsonb_build_object(
-        'step_slug', s.step_slug,
-        'step_type', s.step_type,
-        'step_index', s.step_index,
-        'queue_name', to_jsonb(s) -> 'queue_name',
-        'deps', coalesce((
-          select jsonb_agg(d.dep_slug order by ds.step_index)
-          from pgflow.deps as d
-          join pgflow.steps as ds on ds.flow_slug = d.flow_slug and ds.step_slug = d.dep_slug
-          where d.flow_slug = s.flow_slug and d.step_slug = s.step_slug), '[]'::jsonb))
-      order by s.step_index)
-    from pgflow.steps as s
-    where s.flow_slug = f.flow_slug), '[]'::jsonb),
-  coalesce(rc.started, 0), coalesce(rc.completed, 0), coalesce(rc.failed, 0)
+select f.flow_slug, f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.created_at,` + flowStepsJSON + `  coalesce(rc.started, 0), coalesce(rc.completed, 0), coalesce(rc.failed, 0)
 from pgflow.flows as f
 left join (
   select r.flow_slug,
