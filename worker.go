@@ -260,7 +260,7 @@ func (w *Worker) retryStartup(ctx context.Context, what string, fn func(context.
 		}
 		delay := w.hooks.retry.Delay(n)
 		w.log.Warn("worker startup: database error, retrying", "action", what, "retry", n, "delay", delay, "error", err)
-		if sleepCtx(ctx, delay) != nil {
+		if backoff.Sleep(ctx, delay) != nil {
 			return fmt.Errorf("pgflow: worker %s: %s: %w", w.cfg.WorkerID, what, ctx.Err())
 		}
 	}
@@ -289,17 +289,6 @@ func schemaHint(err error) string {
 		return " (is the pgflow schema installed? run `pgflow migrate up`)"
 	}
 	return ""
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // errDeprecated is the cancellation cause of the poll loop when pgflow.heartbeat_worker reports deprecation.
@@ -391,7 +380,7 @@ func (w *Worker) markStopped(ctx context.Context) {
 			w.log.Error("could not record the worker as stopped", "error", err)
 			return
 		}
-		if sleepCtx(mctx, w.hooks.retry.Delay(n)) != nil {
+		if backoff.Sleep(mctx, w.hooks.retry.Delay(n)) != nil {
 			w.log.Error("could not record the worker as stopped", "error", err)
 			return
 		}
@@ -503,7 +492,7 @@ func (r *workerRun) pollLoop() {
 			failures++
 			delay := r.w.hooks.retry.Delay(failures)
 			r.log.Warn("polling the queue failed, retrying", "retry", failures, "delay", delay, "error", err)
-			if sleepCtx(r.loopCtx, delay) != nil {
+			if backoff.Sleep(r.loopCtx, delay) != nil {
 				return
 			}
 			continue
@@ -542,7 +531,7 @@ func (r *workerRun) claim(msgs []sqlapi.Message) []sqlapi.ClaimedTask {
 		}
 		delay := r.w.hooks.retry.Delay(n)
 		r.log.Warn("claiming tasks failed, retrying", "retry", n, "delay", delay, "messages", len(ids), "error", err)
-		if sleepCtx(r.loopCtx, delay) != nil {
+		if backoff.Sleep(r.loopCtx, delay) != nil {
 			return nil
 		}
 	}
@@ -707,7 +696,7 @@ func (r *workerRun) report(log *slog.Logger, what string, call func(context.Cont
 		}
 		delay := r.w.hooks.retry.Delay(n)
 		log.Warn("reporting the task's result failed, retrying", "call", "pgflow."+what, "retry", n, "delay", delay, "error", err)
-		_ = sleepCtx(r.handlerCtx, delay) // at the hard stop: one last attempt
+		_ = backoff.Sleep(r.handlerCtx, delay) // at the hard stop: one last attempt
 	}
 }
 

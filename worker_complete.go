@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgflow-go/pgflow/internal/backoff"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
 )
 
@@ -182,7 +183,7 @@ func (b *completionBatcher) record(results []sqlapi.TaskResult) ([]string, error
 		delay := r.w.hooks.retry.Delay(n)
 		r.log.Warn("recording a batch of task results failed, retrying", "call", "pgflow.complete_tasks",
 			"tasks", len(results), "retry", n, "delay", delay, "error", err)
-		_ = sleepCtx(r.handlerCtx, delay) // at the hard stop: one last attempt
+		_ = backoff.Sleep(r.handlerCtx, delay) // at the hard stop: one last attempt
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pgflow-go/pgflow"
+	"github.com/pgflow-go/pgflow/internal/backoff"
 	"github.com/pgflow-go/pgflow/internal/pgcluster"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
 	"github.com/pgflow-go/pgflow/schema"
@@ -68,7 +69,7 @@ func demoFlow(pause time.Duration) *pgflow.Flow[demoOrder] {
 		if err != nil {
 			return nil, err
 		}
-		return in.Items, sleepCtx(ctx, pause)
+		return in.Items, backoff.Sleep(ctx, pause)
 	})
 
 	customer := pgflow.Step(f, "customer", func(ctx context.Context, t *pgflow.Task[demoOrder]) (demoCustomer, error) {
@@ -80,7 +81,7 @@ func demoFlow(pause time.Duration) *pgflow.Flow[demoOrder] {
 		if len(in.Customer) <= 3 {
 			tier = "gold" // a short name is a long-standing customer, obviously
 		}
-		return demoCustomer{Name: strings.ToUpper(in.Customer[:1]) + in.Customer[1:], Tier: tier}, sleepCtx(ctx, pause*3/2)
+		return demoCustomer{Name: strings.ToUpper(in.Customer[:1]) + in.Customer[1:], Tier: tier}, backoff.Sleep(ctx, pause*3/2)
 	})
 
 	prices := pgflow.Map(f, "price", items, func(ctx context.Context, t *pgflow.Task[demoOrder], item string) (demoLine, error) {
@@ -89,7 +90,7 @@ func demoFlow(pause time.Duration) *pgflow.Flow[demoOrder] {
 			cents += int(r)
 		}
 		// Tasks of one map step take different times; the step completes when the last one has.
-		return demoLine{Item: item, Cents: cents}, sleepCtx(ctx, pause/2+time.Duration(t.TaskIndex)*pause/3)
+		return demoLine{Item: item, Cents: cents}, backoff.Sleep(ctx, pause/2+time.Duration(t.TaskIndex)*pause/3)
 	})
 
 	discount := pgflow.Step(f, "discount", func(ctx context.Context, t *pgflow.Task[demoOrder]) (int, error) {
@@ -101,11 +102,11 @@ func demoFlow(pause time.Duration) *pgflow.Flow[demoOrder] {
 		if c.Tier == "gold" {
 			percent = 10
 		}
-		return percent, sleepCtx(ctx, pause)
+		return percent, backoff.Sleep(ctx, pause)
 	}, pgflow.DependsOn(customer))
 
 	gift := pgflow.Step(f, "gift", func(ctx context.Context, t *pgflow.Task[demoOrder]) (string, error) {
-		return "a jar of honey", sleepCtx(ctx, pause/2)
+		return "a jar of honey", backoff.Sleep(ctx, pause/2)
 	}, pgflow.DependsOn(customer),
 		pgflow.If(map[string]any{"customer": map[string]any{"tier": "gold"}}), pgflow.WhenUnmet(pgflow.Skip))
 
@@ -133,22 +134,10 @@ func demoFlow(pause time.Duration) *pgflow.Flow[demoOrder] {
 		}
 		inv.Discount = inv.Subtotal * percent / 100
 		inv.Total = inv.Subtotal - inv.Discount
-		return inv, sleepCtx(ctx, pause/2)
+		return inv, backoff.Sleep(ctx, pause/2)
 	}, pgflow.DependsOn(prices, discount, customer, gift))
 
 	return f
-}
-
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // errNoServerBinaries is the demo's message when it cannot start a throwaway server.

@@ -22,20 +22,8 @@ type workerJSON struct {
 	RunningTasks        int64      `json:"running_tasks"`
 }
 
-// workerStatus classifies a worker row: stopped (shut down and said so), stopping (deprecated, finishing its
-// tasks), alive (heartbeat within staleAfter) or unresponsive (no heartbeat for longer: crashed or cut off).
-func workerStatus(w sqlapi.WorkerRow, staleAfter time.Duration) string {
-	switch {
-	case w.StoppedAt != nil:
-		return "stopped"
-	case w.DeprecatedAt != nil:
-		return "stopping"
-	case w.HeartbeatAge <= staleAfter:
-		return "alive"
-	default:
-		return "unresponsive"
-	}
-}
+// workerStatus classifies a worker row (see sqlapi.WorkerRow.Status).
+func workerStatus(w sqlapi.WorkerRow, staleAfter time.Duration) string { return w.Status(staleAfter) }
 
 func newWorkersCmd(g *globalOptions) *cobra.Command {
 	var asJSON bool

@@ -53,7 +53,12 @@ func (p Policy) Delay(n int) time.Duration {
 
 // Sleep waits Delay(n), or less if ctx ends first; it returns ctx.Err() in that case and nil otherwise.
 func (p Policy) Sleep(ctx context.Context, n int) error {
-	t := time.NewTimer(p.Delay(n))
+	return Sleep(ctx, p.Delay(n))
+}
+
+// Sleep waits d, or less if ctx ends first; it returns ctx.Err() in that case and nil otherwise.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgflow-go/pgflow"
+	"github.com/pgflow-go/pgflow/internal/backoff"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
 )
 
@@ -640,7 +641,7 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 		var loopErr error
 		for i := range n {
 			if d := time.Until(next); d > 0 {
-				if sleepCtx(ctx, d) != nil {
+				if backoff.Sleep(ctx, d) != nil {
 					loopErr = ctx.Err()
 					break
 				}
@@ -714,7 +715,7 @@ func (e *env) runIdle(ctx context.Context, cfg Config, mode string, wcfg pgflow.
 	// connections (its pool and its listener), and the database's transactions (every statement outside an
 	// explicit transaction is one; the worker's pool stays open, so these counters lag by about a second at
 	// each end of a window of several seconds).
-	if err := sleepCtx(ctx, time.Second); err != nil {
+	if err := backoff.Sleep(ctx, time.Second); err != nil {
 		return nil, err
 	}
 	before, err := e.snapshot(ctx)
@@ -725,14 +726,14 @@ func (e *env) runIdle(ctx context.Context, cfg Config, mode string, wcfg pgflow.
 	start := time.Now()
 	end := start.Add(cfg.IdleDuration)
 	for time.Now().Before(end) {
-		if err := sleepCtx(ctx, min(time.Second, time.Until(end))); err != nil {
+		if err := backoff.Sleep(ctx, min(time.Second, time.Until(end))); err != nil {
 			return nil, err
 		}
 		progress(Progress{Phase: "idle", Done: int64(time.Since(start) / time.Second), Total: int64(cfg.IdleDuration / time.Second), Unit: "s"})
 	}
 	sent = counter.n.Load() - sent
 	secs := time.Since(start).Seconds()
-	if err := sleepCtx(ctx, 1500*time.Millisecond); err != nil { // idle backends flush their counters
+	if err := backoff.Sleep(ctx, 1500*time.Millisecond); err != nil { // idle backends flush their counters
 		return nil, err
 	}
 	after, err := e.snapshot(ctx)
@@ -745,15 +746,4 @@ func (e *env) runIdle(ctx context.Context, cfg Config, mode string, wcfg pgflow.
 	res.IdleTransactionsPerSec = float64(d.commits-1) / after.at.Sub(before.at).Seconds() // minus the first snapshot's read
 	res.IdleWALBytesPerSec = float64(d.walBytes) / after.at.Sub(before.at).Seconds()
 	return res, ws.stop()
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -730,21 +730,6 @@ type workersPage struct {
 	Counts  map[string]int
 }
 
-// workerStatus classifies a worker: stopped (shut down and said so), stopping (deprecated, finishing its tasks),
-// alive (a heartbeat within staleAfter) or unresponsive (silent for longer: crashed or cut off).
-func workerStatus(w sqlapi.WorkerRow, staleAfter time.Duration) string {
-	switch {
-	case w.StoppedAt != nil:
-		return "stopped"
-	case w.DeprecatedAt != nil:
-		return "stopping"
-	case w.HeartbeatAge <= staleAfter:
-		return "alive"
-	default:
-		return "unresponsive"
-	}
-}
-
 func (s *Server) handleWorkers(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	all := r.URL.Query().Get("all") == "1"
@@ -780,7 +765,7 @@ func (s *Server) handleWorkers(w http.ResponseWriter, r *http.Request) {
 		All:  all, Since: "24 hours", Counts: map[string]int{},
 	}
 	for _, row := range rows {
-		v := workerView{WorkerRow: row, Status: workerStatus(row, s.cfg.StaleAfter), Flow: byQueue[strings.ToLower(row.QueueName)]}
+		v := workerView{WorkerRow: row, Status: row.Status(s.cfg.StaleAfter), Flow: byQueue[strings.ToLower(row.QueueName)]}
 		page.Counts[v.Status]++
 		page.Workers = append(page.Workers, v)
 	}

@@ -162,6 +162,21 @@ type WorkerRow struct {
 	RunningTasks    int64         // its step_tasks with status 'started'
 }
 
+// Status classifies the worker: "stopped" (shut down and said so), "stopping" (deprecated, finishing its tasks),
+// "alive" (a heartbeat within staleAfter) or "unresponsive" (silent for longer: crashed or cut off).
+func (w WorkerRow) Status(staleAfter time.Duration) string {
+	switch {
+	case w.StoppedAt != nil:
+		return "stopped"
+	case w.DeprecatedAt != nil:
+		return "stopping"
+	case w.HeartbeatAge <= staleAfter:
+		return "alive"
+	default:
+		return "unresponsive"
+	}
+}
+
 const listWorkersSQL = `
 select w.worker_id::text, w.queue_name, w.function_name, w.started_at, w.last_heartbeat_at, w.deprecated_at,
   w.stopped_at, greatest(extract(epoch from (now() - w.last_heartbeat_at)), 0)::float8,
