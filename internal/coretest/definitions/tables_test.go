@@ -99,10 +99,12 @@ func TestConstraintAndIndexNames(t *testing.T) {
 		"deps: deps_pkey idx_deps_by_flow_dep idx_deps_by_flow_step",
 		"flows: flows_default_queue_key flows_pkey",
 		"runs: idx_runs_flow_slug idx_runs_status runs_pkey",
-		"step_states: idx_step_states_failed idx_step_states_flow_slug idx_step_states_ready idx_step_states_run_id " +
+		// v0.19.0 dropped idx_step_states_run_id, idx_step_tasks_flow_run_step and idx_step_tasks_message_id
+		// (covered by the primary keys and the queue identity key; docs/pgflow-differences.md).
+		"step_states: idx_step_states_failed idx_step_states_flow_slug idx_step_states_ready " +
 			"idx_step_states_skipped step_states_pkey",
-		"step_tasks: idx_step_tasks_completed idx_step_tasks_failed idx_step_tasks_flow_run_step idx_step_tasks_last_worker " +
-			"idx_step_tasks_message_id idx_step_tasks_queued idx_step_tasks_queued_msg idx_step_tasks_started step_tasks_pkey " +
+		"step_tasks: idx_step_tasks_completed idx_step_tasks_failed idx_step_tasks_last_worker " +
+			"idx_step_tasks_queued idx_step_tasks_queued_msg idx_step_tasks_started step_tasks_pkey " +
 			"step_tasks_queue_name_message_id_key",
 		"steps: steps_flow_slug_step_index_key steps_pkey",
 		"worker_functions: worker_functions_pkey",

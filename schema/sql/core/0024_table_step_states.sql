@@ -42,9 +42,10 @@ create table pgflow.step_states (
   constraint skipped_at_is_after_created_at check (skipped_at is null or skipped_at >= created_at)
 );
 
+-- pgflow's idx_step_states_run_id (run_id) is left out: step_states_pkey (run_id, step_slug) serves every lookup by
+-- run, and each index costs an entry per row version (docs/pgflow-differences.md).
 create index idx_step_states_ready on pgflow.step_states (run_id, status, remaining_deps)
   where status = 'created' and remaining_deps = 0;
 create index idx_step_states_failed on pgflow.step_states (run_id, step_slug) where status = 'failed';
 create index idx_step_states_skipped on pgflow.step_states (run_id, step_slug) where status = 'skipped';
 create index idx_step_states_flow_slug on pgflow.step_states (flow_slug);
-create index idx_step_states_run_id on pgflow.step_states (run_id);

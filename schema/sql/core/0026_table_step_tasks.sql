@@ -46,11 +46,13 @@ create table pgflow.step_tasks (
 comment on column pgflow.step_tasks.queue_name is
   'Canonical lower-case name of the PGMQ queue that holds this task''s message, copied from its step when the task was created.';
 
-create index idx_step_tasks_message_id on pgflow.step_tasks (message_id);
+-- Every index here is paid for by every row version: a task is written three times (queued, started, finished) and
+-- none of those updates can be HOT. pgflow's idx_step_tasks_message_id (message_id) and idx_step_tasks_flow_run_step
+-- (flow_slug, run_id, step_slug) are left out: lookups by message id go through step_tasks_queue_name_message_id_key,
+-- lookups by run through step_tasks_pkey (docs/pgflow-differences.md).
 create index idx_step_tasks_queued on pgflow.step_tasks (run_id, step_slug) where status = 'queued';
 create index idx_step_tasks_completed on pgflow.step_tasks (run_id, step_slug) where status = 'completed';
 create index idx_step_tasks_failed on pgflow.step_tasks (run_id, step_slug) where status = 'failed';
-create index idx_step_tasks_flow_run_step on pgflow.step_tasks (flow_slug, run_id, step_slug);
 create index idx_step_tasks_started on pgflow.step_tasks (started_at) where status = 'started';
 create index idx_step_tasks_queued_msg on pgflow.step_tasks (message_id) where status = 'queued';
 create index idx_step_tasks_last_worker on pgflow.step_tasks (last_worker_id) where status = 'started';

@@ -52,7 +52,11 @@ begin
     v_drop := v_drop || v_listed;
   end loop;
 
-  delete from pgflow.step_tasks as t where t.flow_slug = p_flow_slug;
+  -- Tasks are found through their runs (idx_runs_flow_slug, then step_tasks_pkey): step_tasks has no index that
+  -- starts with flow_slug.
+  delete from pgflow.step_tasks as t
+   where t.run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = p_flow_slug)
+     and t.flow_slug = p_flow_slug;
   delete from pgflow.step_states as ss where ss.flow_slug = p_flow_slug;
   delete from pgflow.runs as r where r.flow_slug = p_flow_slug;
   delete from pgflow.deps as d where d.flow_slug = p_flow_slug;

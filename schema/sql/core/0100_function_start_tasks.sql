@@ -20,6 +20,9 @@
 --     input (root map), of the dependency's stored output (dependent map), or {<dep_slug>: <output>} over the
 --     completed dependencies ({} for root steps); flow_input = the run input for single steps without
 --     dependencies, NULL otherwise;
+--   * the cost of a claim grows with the number of msg_ids only, never with the number of queued tasks, whatever the
+--     planner's statistics say: each id is looked up by the unique key (queue_name, message_id) and each row is then
+--     locked and updated by its physical address (since v0.19.0; stale statistics made v0.18.0 quadratic);
 --   * NULL or empty msg_ids claim nothing and return nothing.
 create or replace function pgflow.start_tasks(
   flow_slug  text,
@@ -34,7 +37,8 @@ set search_path = ''
 as $$
 declare
   v_queue_name text;
-  v_claimed    bigint[] := '{}';
+  v_claimed    tid[] := '{}';
+  v_rows       tid[];
   v_group      record;
 begin
   if start_tasks.msg_ids is null or cardinality(start_tasks.msg_ids) = 0 then
@@ -43,23 +47,39 @@ begin
 
   v_queue_name := lower(coalesce(start_tasks.queue_name, pgflow._default_queue_name(start_tasks.flow_slug)));
 
+  -- Every statement below finds rows by key: one unique-index lookup per message id, then the rows themselves by
+  -- physical address. A join of the id set to step_tasks, or a status condition the planner could answer from a
+  -- partial index, lets stale statistics (say, analyzed before a burst of queued tasks) turn the claim into a
+  -- nested loop over every queued task: quadratic, 100 ms per claim of 100 tasks with 5,000 queued.
+  v_rows := array(
+    select t.row_address
+      from (select distinct m.id from unnest(start_tasks.msg_ids) as m (id)) as m
+      cross join lateral (
+        select t.ctid as row_address
+          from pgflow.step_tasks as t
+         where t.queue_name = v_queue_name
+           and t.message_id = m.id
+         limit 1) as t);  -- the key is unique; LIMIT keeps the planner from turning the lookups into a join
+
   for v_group in
-    -- The tasks are found with "= any (msg_ids)" on their key and the run and step state by primary key: joined
-    -- to runs and step states, with statistics that do not know a backlog of thousands of queued tasks and
-    -- started runs, the plan can turn into a nested loop over all of them (milliseconds per claim).
+    -- Re-checked under the row lock (FOR UPDATE SKIP LOCKED: never waits, so no lock order is needed): a row that
+    -- changed since the lookup has a new address and is left to whoever changed it.
     with candidates as (
-      select t.run_id, t.step_slug, t.task_index
-        from pgflow.step_tasks as t
-       where t.queue_name = v_queue_name
-         and t.message_id = any (start_tasks.msg_ids)
-         and t.flow_slug = start_tasks.flow_slug
-         and t.status = 'queued'
-         and (select r.status from pgflow.runs as r where r.run_id = t.run_id) = 'started'
-         and (select ss.status
-                from pgflow.step_states as ss
-               where ss.run_id = t.run_id and ss.step_slug = t.step_slug) = 'started'
-       order by t.message_id
-         for update of t skip locked
+      select l.row_address
+        from unnest(v_rows) as k (row_address)
+        cross join lateral (
+          select t.ctid as row_address
+            from pgflow.step_tasks as t
+           where t.ctid = k.row_address
+             and t.queue_name = v_queue_name
+             and t.message_id = any (start_tasks.msg_ids)
+             and t.flow_slug = start_tasks.flow_slug
+             and t.status = 'queued'
+             and (select r.status from pgflow.runs as r where r.run_id = t.run_id) = 'started'
+             and (select ss.status
+                    from pgflow.step_states as ss
+                   where ss.run_id = t.run_id and ss.step_slug = t.step_slug) = 'started'
+             for update of t skip locked) as l
     ),
     claimed as (
       update pgflow.step_tasks as t
@@ -67,16 +87,13 @@ begin
              attempts_count = t.attempts_count + 1,
              started_at = now(),
              last_worker_id = start_tasks.worker_id
-        from candidates as c
-       where t.run_id = c.run_id
-         and t.step_slug = c.step_slug
-         and t.task_index = c.task_index
-         and t.status = 'queued'
-      returning t.flow_slug, t.step_slug, t.queue_name, t.message_id
+       where t.ctid = any (array(select c.row_address from candidates as c))
+      returning t.ctid as row_address, t.flow_slug, t.step_slug, t.queue_name, t.message_id
     )
     select c.queue_name,
            array_agg(c.message_id order by c.message_id) as msg_ids,
-           array_agg(least(coalesce(s.opt_timeout, f.opt_timeout), 2147483645) + 2 order by c.message_id) as vt_offsets
+           array_agg(least(coalesce(s.opt_timeout, f.opt_timeout), 2147483645) + 2 order by c.message_id) as vt_offsets,
+           array_agg(c.row_address) as row_addresses
       from claimed as c
       join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
       join pgflow.flows as f on f.flow_slug = c.flow_slug
@@ -84,7 +101,7 @@ begin
      order by c.queue_name
   loop
     perform pgflow.set_vt_batch(v_group.queue_name, v_group.msg_ids, v_group.vt_offsets);
-    v_claimed := v_claimed || v_group.msg_ids;
+    v_claimed := v_claimed || v_group.row_addresses;
   end loop;
 
   if cardinality(v_claimed) = 0 then
@@ -118,8 +135,7 @@ begin
       from pgflow.step_tasks as t
       join pgflow.runs as r on r.run_id = t.run_id
       join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-     where t.queue_name = v_queue_name
-       and t.message_id = any (v_claimed)
+     where t.ctid = any (v_claimed)
      order by t.message_id;
 end;
 $$;
