@@ -1,6 +1,7 @@
 package pgflow
 
 import (
+	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
@@ -772,46 +773,45 @@ func (r *workerRun) maintenanceLoop(ctx context.Context) {
 }
 
 // runInputCache keeps the inputs of recently seen runs so the tasks of one run load it at most once while it is
-// cached. It holds at most size runs (least recently used evicted); concurrent loads of one run share one query.
+// cached. It holds at most size runs (least recently used evicted, in constant time: with one-step flows every task
+// brings a new run); concurrent loads of one run share one query.
 type runInputCache struct {
 	mu      sync.Mutex
 	size    int
-	entries map[string]*inputEntry
-	tick    uint64
+	entries map[string]*list.Element // values are *inputEntry; front = most recently used
+	order   *list.List
 }
 
 type inputEntry struct {
-	ready    chan struct{} // closed when raw/err are set
-	raw      json.RawMessage
-	err      error
-	lastUsed uint64
+	runID string
+	ready chan struct{} // closed when raw/err are set
+	raw   json.RawMessage
+	err   error
 }
 
 func newRunInputCache(size int) *runInputCache {
-	return &runInputCache{size: size, entries: make(map[string]*inputEntry)}
+	return &runInputCache{size: size, entries: make(map[string]*list.Element), order: list.New()}
 }
 
 // put stores a run input that arrived with a task.
 func (c *runInputCache) put(runID string, raw json.RawMessage) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.entries[runID]; ok {
-		c.tick++
-		e.lastUsed = c.tick
+	if el, ok := c.entries[runID]; ok {
+		c.order.MoveToFront(el)
 		return
 	}
-	e := &inputEntry{ready: make(chan struct{}), raw: raw}
+	e := &inputEntry{runID: runID, ready: make(chan struct{}), raw: raw}
 	close(e.ready)
-	c.insertLocked(runID, e)
+	c.insertLocked(e)
 }
 
 // get returns the input of runID, loading it with load when it is not cached. A failed load is not cached.
 func (c *runInputCache) get(ctx context.Context, runID string, load func(context.Context) (json.RawMessage, error)) (json.RawMessage, error) {
 	c.mu.Lock()
-	e, ok := c.entries[runID]
-	if ok {
-		c.tick++
-		e.lastUsed = c.tick
+	if el, ok := c.entries[runID]; ok {
+		c.order.MoveToFront(el)
+		e := el.Value.(*inputEntry)
 		c.mu.Unlock()
 		select {
 		case <-e.ready:
@@ -820,14 +820,15 @@ func (c *runInputCache) get(ctx context.Context, runID string, load func(context
 			return nil, ctx.Err()
 		}
 	}
-	e = &inputEntry{ready: make(chan struct{})}
-	c.insertLocked(runID, e)
+	e := &inputEntry{runID: runID, ready: make(chan struct{})}
+	c.insertLocked(e)
 	c.mu.Unlock()
 
 	e.raw, e.err = load(ctx)
 	if e.err != nil {
 		c.mu.Lock()
-		if c.entries[runID] == e {
+		if el, ok := c.entries[runID]; ok && el.Value.(*inputEntry) == e {
+			c.order.Remove(el)
 			delete(c.entries, runID)
 		}
 		c.mu.Unlock()
@@ -836,22 +837,15 @@ func (c *runInputCache) get(ctx context.Context, runID string, load func(context
 	return e.raw, e.err
 }
 
-// insertLocked adds an entry, evicting the least recently used one when the cache is full; c.mu must be held.
-func (c *runInputCache) insertLocked(runID string, e *inputEntry) {
-	if len(c.entries) >= c.size {
-		var oldest string
-		var oldestTick uint64
-		first := true
-		for id, x := range c.entries {
-			if first || x.lastUsed < oldestTick {
-				oldest, oldestTick, first = id, x.lastUsed, false
-			}
-		}
-		delete(c.entries, oldest)
+// insertLocked adds an entry as the most recently used, evicting the least recently used one when the cache is
+// full; c.mu must be held.
+func (c *runInputCache) insertLocked(e *inputEntry) {
+	if c.order.Len() >= c.size {
+		oldest := c.order.Back()
+		c.order.Remove(oldest)
+		delete(c.entries, oldest.Value.(*inputEntry).runID)
 	}
-	c.tick++
-	e.lastUsed = c.tick
-	c.entries[runID] = e
+	c.entries[e.runID] = c.order.PushFront(e)
 }
 
 func (c *runInputCache) len() int {

@@ -104,6 +104,7 @@ measures the window after the warm-up. See docs/performance.md for the method.`,
 	f.IntVar(&cfg.BatchSize, "batch-size", bench.DefaultBatchSize, "messages read per poll (WorkerConfig.BatchSize)")
 	f.IntVar(&cfg.PoolSize, "pool-size", bench.DefaultPoolSize, "connections per worker pool")
 	f.IntVar(&cfg.StartBatch, "start-batch", bench.DefaultStartBatch, "runs started per call")
+	f.IntVar(&cfg.Starters, "starters", bench.DefaultStarters, "clients starting runs at the same time in the start scenario")
 	f.Float64Var(&cfg.Rate, "rate", bench.DefaultRate, "arrival rate of the latency scenario, runs per second")
 	f.DurationVar(&cfg.LatencyDuration, "latency-duration", bench.DefaultLatencyDuration, "length of the latency scenario")
 	f.DurationVar(&cfg.BaselineDuration, "baseline-duration", bench.DefaultBaselineDuration, "measured time of the baseline loop")

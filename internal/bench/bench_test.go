@@ -22,6 +22,7 @@ func tinyConfig(url string) Config {
 		BatchSize:        5,
 		PoolSize:         4,
 		StartBatch:       7,
+		Starters:         3, // 40 runs in calls of 7 by three clients: every run started once
 		Rate:             40,
 		LatencyDuration:  500 * time.Millisecond,
 		BaselineDuration: 300 * time.Millisecond,

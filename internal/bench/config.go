@@ -63,6 +63,9 @@ type Config struct {
 	PoolSize int
 	// StartBatch is the number of runs started per call when starting runs.
 	StartBatch int
+	// Starters is the number of clients that start runs at the same time (each its own connection). The default,
+	// 2, matches the baseline's two clients.
+	Starters int
 	// Rate is the arrival rate of the latency scenario in runs per second; LatencyDuration its length.
 	Rate            float64
 	LatencyDuration time.Duration
@@ -87,14 +90,15 @@ type Progress struct {
 
 // Defaults of Config.
 const (
-	DefaultRuns             = 3000
+	DefaultRuns             = 10000
 	DefaultDuration         = 10 * time.Second
 	DefaultWarmup           = 2 * time.Second
 	DefaultWorkers          = 1
-	DefaultMaxConcurrent    = 200
+	DefaultMaxConcurrent    = 400
 	DefaultBatchSize        = 200
 	DefaultPoolSize         = 8
 	DefaultStartBatch       = 500
+	DefaultStarters         = 2
 	DefaultRate             = 20
 	DefaultLatencyDuration  = 5 * time.Second
 	DefaultBaselineDuration = 5 * time.Second
@@ -129,6 +133,7 @@ func (c Config) resolve() (Config, error) {
 	intDefault("BatchSize", &c.BatchSize, DefaultBatchSize)
 	intDefault("PoolSize", &c.PoolSize, DefaultPoolSize)
 	intDefault("StartBatch", &c.StartBatch, DefaultStartBatch)
+	intDefault("Starters", &c.Starters, DefaultStarters)
 	durDefault("Duration", &c.Duration, DefaultDuration)
 	durDefault("Warmup", &c.Warmup, DefaultWarmup)
 	durDefault("LatencyDuration", &c.LatencyDuration, DefaultLatencyDuration)

@@ -34,6 +34,7 @@ type ConfigSummary struct {
 	BatchSize        int      `json:"batch_size"`
 	PoolSize         int      `json:"pool_size"`
 	StartBatch       int      `json:"start_batch"`
+	Starters         int      `json:"starters"`
 	Rate             float64  `json:"latency_rate"`
 	BaselineSeconds  float64  `json:"baseline_seconds"`
 	ThrowawayCluster bool     `json:"throwaway_cluster"`
@@ -41,7 +42,7 @@ type ConfigSummary struct {
 
 func summarize(c Config) ConfigSummary {
 	s := ConfigSummary{Mode: c.Mode, Scenarios: c.Scenarios, Runs: c.Runs, Workers: c.Workers, MaxConcurrent: c.MaxConcurrent,
-		BatchSize: c.BatchSize, PoolSize: c.PoolSize, StartBatch: c.StartBatch, Rate: c.Rate,
+		BatchSize: c.BatchSize, PoolSize: c.PoolSize, StartBatch: c.StartBatch, Starters: c.Starters, Rate: c.Rate,
 		BaselineSeconds: c.BaselineDuration.Seconds(), ThrowawayCluster: c.DatabaseURL == ""}
 	if c.Mode == ModeContinuous {
 		s.DurationSeconds, s.WarmupSeconds = c.Duration.Seconds(), c.Warmup.Seconds()
@@ -58,6 +59,7 @@ type Result struct {
 	MaxConcurrent int    `json:"max_concurrent,omitempty"`
 	BatchSize     int    `json:"batch_size,omitempty"`
 	StartBatch    int    `json:"start_batch,omitempty"`
+	Starters      int    `json:"starters,omitempty"`
 
 	Runs           int     `json:"runs"`            // runs started
 	Tasks          int     `json:"tasks"`           // tasks those runs have
@@ -185,8 +187,8 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "settings: fsync=%s synchronous_commit=%s full_page_writes=%s wal_sync_method=%s shared_buffers=%s\n",
 		m.Settings["fsync"], m.Settings["synchronous_commit"], m.Settings["full_page_writes"], m.Settings["wal_sync_method"], m.Settings["shared_buffers"])
 	c := rep.Config
-	fmt.Fprintf(w, "config: mode=%s runs=%d workers=%d max_concurrent=%d batch_size=%d pool_size=%d start_batch=%d",
-		c.Mode, c.Runs, c.Workers, c.MaxConcurrent, c.BatchSize, c.PoolSize, c.StartBatch)
+	fmt.Fprintf(w, "config: mode=%s runs=%d workers=%d max_concurrent=%d batch_size=%d pool_size=%d start_batch=%d starters=%d",
+		c.Mode, c.Runs, c.Workers, c.MaxConcurrent, c.BatchSize, c.PoolSize, c.StartBatch, c.Starters)
 	if c.Mode == ModeContinuous {
 		fmt.Fprintf(w, " duration=%gs warmup=%gs", c.DurationSeconds, c.WarmupSeconds)
 	}

@@ -217,20 +217,49 @@ func workerConfig(cfg Config) pgflow.WorkerConfig {
 	}
 }
 
-// startRuns starts n runs of the flow in calls of up to batch runs each (each call is one transaction) and
-// returns the client-side start time of every run, in order.
-func startRuns(ctx context.Context, db *pgxpool.Pool, bf *benchFlow, n, batch int, tick func(done int)) error {
-	for done := 0; done < n; {
-		k := min(batch, n-done)
-		if err := startBatch(ctx, db, bf, k); err != nil {
-			return err
-		}
-		done += k
-		if tick != nil {
-			tick(done)
-		}
+// startRuns starts n runs of the flow in calls of up to batch runs each (each call is one transaction), with
+// `starters` clients calling at the same time (the pool must allow that many connections).
+func startRuns(ctx context.Context, db *pgxpool.Pool, bf *benchFlow, n, batch, starters int, tick func(done int)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		claimed  int // runs handed to a starter
+		done     int // runs started
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	for range max(1, starters) {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				k := min(batch, n-claimed)
+				if k <= 0 || firstErr != nil {
+					mu.Unlock()
+					return
+				}
+				claimed += k
+				mu.Unlock()
+				err := startBatch(ctx, db, bf, k)
+				mu.Lock()
+				if err != nil {
+					if firstErr == nil {
+						firstErr = err
+						cancel()
+					}
+					mu.Unlock()
+					return
+				}
+				done += k
+				if tick != nil {
+					tick(done)
+				}
+				mu.Unlock()
+			}
+		})
 	}
-	return nil
+	wg.Wait()
+	return firstErr
 }
 
 // startBatch starts k runs in one transaction with pgflow.start_flows.
@@ -322,7 +351,7 @@ func (e *env) runThroughput(ctx context.Context, cfg Config, name string, progre
 	}
 	res := &Result{Scenario: name, Mode: ModeBurnDown, Runs: runs, Tasks: runs * bf.tasksPerRun, Workers: cfg.Workers,
 		MaxConcurrent: cfg.MaxConcurrent, BatchSize: cfg.BatchSize}
-	if err := startRuns(ctx, e.mon, bf, runs, cfg.StartBatch, func(done int) {
+	if err := startRuns(ctx, e.mon, bf, runs, cfg.StartBatch, 1, func(done int) {
 		progress(Progress{Phase: "starting runs", Done: int64(done), Total: int64(runs), Unit: "runs"})
 	}); err != nil {
 		return nil, err
@@ -540,10 +569,10 @@ func (e *env) runStart(ctx context.Context, cfg Config, progress func(Progress))
 	if err := e.prepareFlow(ctx, bf); err != nil {
 		return nil, err
 	}
-	res := &Result{Scenario: ScenarioStart, Mode: ModeBurnDown, Runs: cfg.Runs, StartBatch: cfg.StartBatch}
+	res := &Result{Scenario: ScenarioStart, Mode: ModeBurnDown, Runs: cfg.Runs, StartBatch: cfg.StartBatch, Starters: cfg.Starters}
 	var elapsed time.Duration
 	cost, err := e.measureCost(ctx, func() error {
-		pool, err := newPool(ctx, e.url, workerApp+"-starter", 1)
+		pool, err := newPool(ctx, e.url, workerApp+"-starter", cfg.Starters)
 		if err != nil {
 			return err
 		}
@@ -552,7 +581,7 @@ func (e *env) runStart(ctx context.Context, cfg Config, progress func(Progress))
 			return err
 		}
 		start := time.Now()
-		err = startRuns(ctx, pool, bf, cfg.Runs, cfg.StartBatch, func(done int) {
+		err = startRuns(ctx, pool, bf, cfg.Runs, cfg.StartBatch, cfg.Starters, func(done int) {
 			progress(Progress{Phase: "starting runs", Done: int64(done), Total: int64(cfg.Runs), Unit: "runs"})
 		})
 		elapsed = time.Since(start)
