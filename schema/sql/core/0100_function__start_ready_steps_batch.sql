@@ -1,5 +1,5 @@
--- pgflow._start_ready_steps_batch(run_ids) guarantees: for every run of run_ids exactly what
--- pgflow.start_ready_steps(run_id) guarantees, done set-based:
+-- pgflow._start_ready_steps_batch(run_ids, started_run_ids, started_step_slugs) guarantees: for every run of run_ids
+-- exactly what pgflow.start_ready_steps(run_id) guarantees, done set-based:
 --   * only runs that are 'started' are touched; NULL or empty run_ids do nothing;
 --   * every step state of those runs that is 'created' with remaining_deps 0 and initial_tasks > 0 becomes
 --     'started' (started_at now, remaining_tasks = initial_tasks), exactly once even when called concurrently
@@ -13,8 +13,16 @@
 --   * after sending undelayed messages to a queue, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers
 --     listening for that queue (at commit; folded into one notification per queue and transaction);
 --   * steps with initial_tasks NULL or 0 are never started here, and conditions are not evaluated here (as in
---     start_ready_steps).
-create or replace function pgflow._start_ready_steps_batch(run_ids uuid[])
+--     start_ready_steps);
+--   * the step states named by the pairs (started_run_ids[i], started_step_slugs[i]) were made 'started' by the
+--     caller in this transaction (in the same row version that made them ready, one row version fewer than
+--     'created' -> ready -> 'started'): they get exactly what a step started here gets - its step:started event in
+--     the same order, its messages and tasks - and are not updated again. NULL arrays name none.
+create or replace function pgflow._start_ready_steps_batch(
+  run_ids            uuid[],
+  started_run_ids    uuid[] default null,
+  started_step_slugs text[] default null
+)
 returns void
 language plpgsql
 volatile
@@ -31,7 +39,8 @@ declare
   v_events jsonb[];
   v_live   uuid[];
 begin
-  if _start_ready_steps_batch.run_ids is null or cardinality(_start_ready_steps_batch.run_ids) = 0 then
+  if coalesce(cardinality(_start_ready_steps_batch.run_ids), 0) = 0
+     and coalesce(cardinality(_start_ready_steps_batch.started_run_ids), 0) = 0 then
     return;
   end if;
 
@@ -52,9 +61,21 @@ begin
     returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.started_at, ss.remaining_tasks,
               ss.remaining_deps, ss.initial_tasks
   ),
+  already_started as (
+    -- One primary-key lookup per pair (LIMIT keeps the planner from turning the lookups into a join).
+    select ss.*
+      from unnest(_start_ready_steps_batch.started_run_ids, _start_ready_steps_batch.started_step_slugs)
+             as k (run_id, step_slug)
+      cross join lateral (
+        select x.flow_slug, x.run_id, x.step_slug, x.status, x.started_at, x.remaining_tasks, x.remaining_deps,
+               x.initial_tasks
+          from pgflow.step_states as x
+         where x.run_id = k.run_id and x.step_slug = k.step_slug
+         limit 1) as ss
+  ),
   steps as (
     select st.*, s.step_index, s.queue_name, coalesce(s.opt_start_delay, 0) as start_delay
-      from started as st
+      from (select * from started union all select * from already_started) as st
       join pgflow.steps as s on s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
   )
   select array_agg(x.run_id order by x.run_id, x.step_index),

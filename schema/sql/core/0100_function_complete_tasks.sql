@@ -45,6 +45,8 @@ declare
   v_c_steps   text[];
   v_c_flows   text[];
   v_c_outputs jsonb[];
+  v_started_runs  uuid[];
+  v_started_slugs text[];
 begin
   if v_n <> coalesce(cardinality(complete_tasks.step_slugs), 0)
      or v_n <> coalesce(cardinality(complete_tasks.task_indexes), 0)
@@ -190,14 +192,46 @@ begin
 
     if v_runs is not null then
       -- Dependents of the completed steps: one dependency fewer per completed parent; a dependent map learns its
-      -- task count from its parent's array.
+      -- task count from its parent's array. A dependent that becomes ready with tasks to run becomes 'started' in
+      -- the same row version (these flows have no conditions to resolve first); its messages, tasks and
+      -- step:started event follow below, with the other steps that start.
       with upd as (
         update pgflow.step_states as cs
            set remaining_deps = cs.remaining_deps - p.n,
                initial_tasks = case
                                  when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
                                  else cs.initial_tasks
-                               end
+                               end,
+               status = case
+                          when cs.status = 'created' and cs.remaining_deps - p.n = 0
+                               and coalesce(case
+                                              when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
+                                              else cs.initial_tasks
+                                            end, 0) > 0
+                          then 'started'
+                          else cs.status
+                        end,
+               started_at = case
+                              when cs.status = 'created' and cs.remaining_deps - p.n = 0
+                                   and coalesce(case
+                                                  when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
+                                                  else cs.initial_tasks
+                                                end, 0) > 0
+                              then now()
+                              else cs.started_at
+                            end,
+               remaining_tasks = case
+                                   when cs.status = 'created' and cs.remaining_deps - p.n = 0
+                                        and coalesce(case
+                                                       when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
+                                                       else cs.initial_tasks
+                                                     end, 0) > 0
+                                   then case
+                                          when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
+                                          else cs.initial_tasks
+                                        end
+                                   else cs.remaining_tasks
+                                 end
           from (
             select x.run_id, d.step_slug as child_slug, ch.step_type as child_type, count(*)::integer as n,
                    max(case when jsonb_typeof(x.output) = 'array' then jsonb_array_length(x.output) end) as output_len
@@ -208,10 +242,12 @@ begin
           ) as p
          where cs.run_id = p.run_id
            and cs.step_slug = p.child_slug
-        returning cs.run_id, cs.remaining_deps
+        returning cs.run_id, cs.step_slug, cs.remaining_deps, cs.status
       )
-      select array_agg(distinct u.run_id) filter (where u.remaining_deps = 0)
-        into v_ready
+      select array_agg(distinct u.run_id) filter (where u.remaining_deps = 0 and u.status = 'created'),
+             array_agg(u.run_id) filter (where u.status = 'started'),
+             array_agg(u.step_slug) filter (where u.status = 'started')
+        into v_ready, v_started_runs, v_started_slugs
         from upd as u;
 
       -- The runs: one step fewer per completed step. A run left without steps is complete (nothing can start
@@ -287,8 +323,8 @@ begin
     end loop;
 
     -- Only runs where a dependent became ready or a cascade ran can have steps to start.
-    if v_ready is not null or cardinality(v_cascaded) > 0 then
-      perform pgflow._start_ready_steps_batch(coalesce(v_ready, '{}') || v_cascaded);
+    if v_ready is not null or cardinality(v_cascaded) > 0 or v_started_runs is not null then
+      perform pgflow._start_ready_steps_batch(coalesce(v_ready, '{}') || v_cascaded, v_started_runs, v_started_slugs);
       perform pgflow._maybe_complete_runs(v_cascaded);
     end if;
 

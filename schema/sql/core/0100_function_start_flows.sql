@@ -31,6 +31,9 @@ declare
   v_conditions boolean;
   v_bad        record;
   v_run        record;
+  v_fold       boolean;
+  v_started_runs  uuid[];
+  v_started_slugs text[];
 begin
   if v_n = 0 then
     return;
@@ -70,20 +73,35 @@ begin
     from unnest(v_ids, start_flows.inputs) with ordinality as x (run_id, input, pos)
    order by x.pos;
 
-  insert into pgflow.step_states (flow_slug, run_id, step_slug, remaining_deps, initial_tasks)
-  select s.flow_slug,
-         x.run_id,
-         s.step_slug,
-         s.deps_count,
-         case
-           when s.step_type = 'map' and s.deps_count = 0 then jsonb_array_length(x.input)
-           when s.step_type = 'map' then null
-           else 1
-         end
-    from unnest(v_ids, start_flows.inputs) with ordinality as x (run_id, input, pos)
-    cross join pgflow.steps as s
-   where s.flow_slug = start_flows.flow_slug
-   order by x.pos, s.step_index;
+  -- Without conditions and root maps nothing can happen to a root step between its creation and its start (no
+  -- condition to resolve, no taskless step to cascade): it is written 'started' right away, one row version
+  -- instead of two, and _start_ready_steps_batch below sends its messages and events as if it had started it.
+  v_fold := not v_conditions and v_root_maps = 0;
+  with inserted as (
+    insert into pgflow.step_states (flow_slug, run_id, step_slug, remaining_deps, initial_tasks, status, started_at,
+                                    remaining_tasks)
+    select s.flow_slug,
+           x.run_id,
+           s.step_slug,
+           s.deps_count,
+           case
+             when s.step_type = 'map' and s.deps_count = 0 then jsonb_array_length(x.input)
+             when s.step_type = 'map' then null
+             else 1
+           end,
+           case when v_fold and s.deps_count = 0 then 'started' else 'created' end,
+           case when v_fold and s.deps_count = 0 then now() end,
+           case when v_fold and s.deps_count = 0 then 1 end
+      from unnest(v_ids, start_flows.inputs) with ordinality as x (run_id, input, pos)
+      cross join pgflow.steps as s
+     where s.flow_slug = start_flows.flow_slug
+     order by x.pos, s.step_index
+    returning step_states.run_id, step_states.step_slug, step_states.status
+  )
+  select array_agg(i.run_id), array_agg(i.step_slug)
+    into v_started_runs, v_started_slugs
+    from inserted as i
+   where i.status = 'started';
 
   perform pgflow._emit_events(array(
     select jsonb_build_object(
@@ -122,7 +140,7 @@ begin
   end if;
 
   -- Runs whose conditions failed them are no longer 'started': both calls leave them alone.
-  perform pgflow._start_ready_steps_batch(v_ids);
+  perform pgflow._start_ready_steps_batch(v_ids, v_started_runs, v_started_slugs);
   perform pgflow._maybe_complete_runs(v_ids);
 
   return query
