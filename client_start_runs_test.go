@@ -45,7 +45,7 @@ func TestStartRunsStartsManyRunsInOneCall(t *testing.T) {
 		require.JSONEq(t, fmt.Sprintf(`{"n": %d}`, i), string(run.Input), "run %d keeps its input and position", i)
 	}
 
-	w, err := pgflow.NewWorker(db.Pool, f, pgflow.WorkerConfig{MaxPollWait: time.Second, Listen: true})
+	w, err := pgflow.NewWorker(db.Pool, f, pgflow.WorkerConfig{MaxPollWait: time.Second})
 	require.NoError(t, err)
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

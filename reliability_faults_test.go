@@ -65,7 +65,9 @@ func TestReliabilityTerminatedConnections(t *testing.T) {
 		Recorder: reliability.DBRecorder{DB: db.Pool}, Gate: gate,
 	})
 	logger, logs := newRelLogger(t, "worker")
-	w := runInProc(t, victimPool(t, db, app), flow, relWorkerConfig(logger))
+	cfg := relWorkerConfig(logger)
+	cfg.PollOnly = true // mid-poll kills a session waiting inside pgmq.read_with_poll
+	w := runInProc(t, victimPool(t, db, app), flow, cfg)
 	waitRegistered(t, db.Pool, w.w.ID())
 
 	t.Run("mid-poll", func(t *testing.T) {

@@ -338,7 +338,7 @@ func (w *Worker) serve(ctx context.Context) {
 	}
 
 	r.batcher = newCompletionBatcher(r)
-	if w.batching && w.cfg.Listen {
+	if w.batching && !w.cfg.PollOnly {
 		waker, err := newQueueWaker(w.pool, w.queue, w.log)
 		if err != nil {
 			w.log.Warn("cannot listen for queue notifications; polling instead", "error", err)

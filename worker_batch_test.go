@@ -90,15 +90,16 @@ func TestWorkerBatchedCompletionsSurviveOneRejectedOutput(t *testing.T) {
 	require.Positive(t, calls.n.Load(), "results that arrived together were sent in one pgflow.complete_tasks call")
 }
 
-// A worker with Listen keeps one extra session (its listener) and works its runs; without Listen it has none.
-func TestWorkerListensForQueueNotificationsWithListen(t *testing.T) {
+// By default a worker keeps one extra session (its listener) and works its runs; when that session is killed it
+// keeps working (reading every MaxPollWait) and listens again. With PollOnly it has no listener.
+func TestWorkerListensForQueueNotificationsByDefault(t *testing.T) {
 	t.Parallel()
-	for _, listen := range []bool{true, false} {
+	for _, pollOnly := range []bool{false, true} {
 		db := pgtest.New(t)
 		f := NewFlow[int]("wake")
 		Step(f, "s", func(ctx context.Context, tk *Task[int]) (int, error) { return 42, nil })
 		cfg, _ := testConfig(t)
-		cfg.Listen = listen
+		cfg.PollOnly = pollOnly
 		rw := startWorker(t, db.Pool, f, cfg)
 		listeners := func() int {
 			var n int
@@ -106,13 +107,24 @@ func TestWorkerListensForQueueNotificationsWithListen(t *testing.T) {
 				where datname = current_database() and application_name = 'pgflow-worker-listener'`).Scan(&n))
 			return n
 		}
-		if !listen {
+		if pollOnly {
 			runID := startRun(t, db.Pool, "wake", 21)
 			require.Equal(t, "completed", waitRun(t, db.Pool, runID).Status)
 			require.Zero(t, listeners())
 		} else {
 			waitFor(t, "the worker's listener session", func() bool { return listeners() == 1 })
 			runID := startRun(t, db.Pool, "wake", 21)
+			require.Equal(t, "completed", waitRun(t, db.Pool, runID).Status)
+
+			var killed int
+			require.NoError(t, db.Pool.QueryRow(context.Background(), `select count(*) from (
+				select pg_terminate_backend(pid) from pg_stat_activity
+				 where datname = current_database() and application_name = 'pgflow-worker-listener') as k`).Scan(&killed))
+			require.Equal(t, 1, killed)
+			runID = startRun(t, db.Pool, "wake", 22)
+			require.Equal(t, "completed", waitRun(t, db.Pool, runID).Status, "a worker whose listener died still works")
+			waitFor(t, "the listener to reconnect", func() bool { return listeners() == 1 })
+			runID = startRun(t, db.Pool, "wake", 23)
 			require.Equal(t, "completed", waitRun(t, db.Pool, runID).Status)
 		}
 		require.NoError(t, rw.stop(t))

@@ -45,16 +45,16 @@ type WorkerConfig struct {
 	AllowDataLoss bool
 	// WorkerID identifies the worker in pgflow.workers and in logs; it must be a UUID. Default: a random UUID.
 	WorkerID string
-	// Listen makes the worker wake up on queue notifications instead of polling inside the database. The
-	// worker then listens on one extra connection for pgflow:queue:<queue> notifications (sent by the schema
-	// since v0.18.0 when steps start) and reads its queue as soon as new messages are announced; with nothing
-	// announced it reads every 2 s (or every MaxPollWait, if shorter), which finds messages that become visible
-	// without a notification (delayed starts, retries after their backoff, tasks of crashed workers). Latency
-	// drops to a few milliseconds and an idle worker costs well under one statement per second. Without it, or
-	// while the listener is disconnected, or on an older schema, the worker polls with pgmq.read_with_poll every
-	// PollInterval. Do not set it behind a connection pooler in transaction mode, which does not deliver
-	// notifications. Default false. See docs/performance.md.
-	Listen bool
+	// PollOnly turns off waking on queue notifications. By default the worker listens on one extra connection
+	// for pgflow:queue:<queue> notifications (sent by the schema since v0.18.0 when steps start) and reads its
+	// queue with pgmq.read as soon as new messages are announced; with nothing announced it reads every 2 s (or
+	// every MaxPollWait, if shorter), which finds messages that become visible without a notification (delayed
+	// starts, retries after their backoff, tasks of crashed workers). With PollOnly, while the listener is
+	// disconnected, or on a schema older than v0.18.0, the worker instead waits inside pgmq.read_with_poll, which
+	// reads the queue every PollInterval in the database. Set it when the worker's connections go through a
+	// pooler in transaction mode (notifications are not delivered there; without PollOnly such a worker still
+	// works, reading every 2 s) or when the extra connection is not affordable. See docs/performance.md.
+	PollOnly bool
 	// Logger receives the worker's logs. Default: warnings and errors as text on stderr.
 	Logger *slog.Logger
 	// Hooks observes polls, claimed tasks, handler runs and task outcomes, e.g. for metrics and traces

@@ -869,6 +869,7 @@ func TestWorkerRecoversFromPollingErrors(t *testing.T) {
 	f := shapeFlow("poll_errors", "a")
 	cfg, logs := testConfig(t)
 	cfg.MaxPollWait = 30 * time.Second // the poll waits long enough to be found and killed
+	cfg.PollOnly = true                // waiting inside pgmq.read_with_poll
 	startWorker(t, db.Pool, f, cfg)
 	var pid int
 	waitFor(t, "the polling backend", func() bool {

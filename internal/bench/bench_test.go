@@ -50,7 +50,7 @@ func checkReport(t *testing.T, cfg Config, rep *Report) {
 	var names []string
 	for _, r := range rep.Results {
 		if len(names) == 0 || names[len(names)-1] != r.Scenario {
-			names = append(names, r.Scenario) // idle is measured twice: default configuration and Listen
+			names = append(names, r.Scenario) // idle is measured twice: default configuration and PollOnly
 		}
 		switch r.Scenario {
 		case ScenarioStart:

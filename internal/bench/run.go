@@ -62,11 +62,11 @@ func (e *env) run(ctx context.Context, cfg Config) (*Report, error) {
 		case ScenarioLatency:
 			res, err = e.runLatency(ctx, cfg, progress(name))
 		case ScenarioIdle:
-			// The default configuration polls inside the database; Listen waits for notifications.
+			// The default configuration waits for notifications; PollOnly polls inside the database.
 			res, err = e.runIdle(ctx, cfg, "default WorkerConfig", pgflow.WorkerConfig{}, progress(name))
 			if err == nil {
 				rep.Results = append(rep.Results, *res)
-				res, err = e.runIdle(ctx, cfg, "WorkerConfig{Listen: true}", pgflow.WorkerConfig{Listen: true}, progress(name))
+				res, err = e.runIdle(ctx, cfg, "WorkerConfig{PollOnly: true}", pgflow.WorkerConfig{PollOnly: true}, progress(name))
 			}
 		default:
 			res, err = e.runThroughput(ctx, cfg, name, progress(name))
@@ -213,7 +213,6 @@ func workerConfig(cfg Config) pgflow.WorkerConfig {
 		PollInterval:      10 * time.Millisecond,
 		HeartbeatInterval: 5 * time.Second,
 		ShutdownTimeout:   30 * time.Second,
-		Listen:            true,
 	}
 }
 
