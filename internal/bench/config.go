@@ -93,7 +93,7 @@ const (
 	DefaultRuns             = 10000
 	DefaultDuration         = 10 * time.Second
 	DefaultWarmup           = 2 * time.Second
-	DefaultWorkers          = 1
+	DefaultWorkers          = 2
 	DefaultMaxConcurrent    = 400
 	DefaultBatchSize        = 200
 	DefaultPoolSize         = 8

@@ -20,22 +20,28 @@ begin
   end if;
 
   -- pg_notify is volatile, so the planner evaluates it after the sort: notifications go out in ORDER BY order.
+  -- The envelope is written as text, byte for byte what jsonb_strip_nulls(jsonb_build_object(...))::text gives
+  -- (keys in jsonb's order: by length, then bytes; NULL members left out), at about half the cost.
   perform pg_notify(c.channel, e.envelope)
      from (
        select x.pos,
-              (x.p ->> 'run_id')::uuid as run_id,
-              jsonb_strip_nulls(jsonb_build_object(
-                'event_type', x.p ->> 'event_type',
-                'event', x.event,
-                'run_id', (x.p ->> 'run_id')::uuid,
-                'step_slug', x.p ->> 'step_slug',
-                'status', x.p ->> 'status',
-                'flow_slug', coalesce(
-                  x.p ->> 'flow_slug',
-                  (select r.flow_slug from pgflow.runs as r where r.run_id = (x.p ->> 'run_id')::uuid))
-              ))::text as envelope
+              x.run_id,
+              '{' || array_to_string(array[
+                '"event": ' || to_json(x.event)::text,
+                '"run_id": ' || to_json(x.run_id)::text,
+                '"status": ' || to_json(x.status)::text,
+                '"flow_slug": ' || to_json(coalesce(
+                  x.flow_slug,
+                  (select r.flow_slug from pgflow.runs as r where r.run_id = x.run_id)))::text,
+                '"step_slug": ' || to_json(x.step_slug)::text,
+                '"event_type": ' || to_json(x.event_type)::text], ', ') || '}' as envelope
          from (
-           select u.p, u.pos,
+           select u.pos,
+                  u.p ->> 'event_type' as event_type,
+                  (u.p ->> 'run_id')::uuid as run_id,
+                  u.p ->> 'step_slug' as step_slug,
+                  u.p ->> 'status' as status,
+                  u.p ->> 'flow_slug' as flow_slug,
                   case
                     when u.p ->> 'step_slug' is null then u.p ->> 'event_type'
                     else 'step:' || (u.p ->> 'step_slug') || ':' || split_part(u.p ->> 'event_type', ':', 2)
