@@ -14,11 +14,13 @@
 package notify
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -57,7 +59,8 @@ type Listener struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
-	subs    map[string]map[*Subscription]struct{} // wanted channels and their subscribers
+	subs    map[string]map[*Subscription]uint64 // wanted channels and their subscribers, with their order of subscription
+	lastSeq uint64
 	started bool
 	closed  bool
 	cancel  context.CancelFunc
@@ -87,7 +90,7 @@ func New(cfg Config) *Listener {
 	return &Listener{
 		cfg:  cfg,
 		log:  cfg.Logger,
-		subs: make(map[string]map[*Subscription]struct{}),
+		subs: make(map[string]map[*Subscription]uint64),
 		wake: make(chan struct{}, 1),
 		done: make(chan struct{}),
 	}
@@ -117,10 +120,11 @@ func (l *Listener) Subscribe(channel string) (*Subscription, error) {
 	}
 	set := l.subs[channel]
 	if set == nil {
-		set = make(map[*Subscription]struct{})
+		set = make(map[*Subscription]uint64)
 		l.subs[channel] = set
 	}
-	set[s] = struct{}{}
+	l.lastSeq++
+	set[s] = l.lastSeq
 	if !l.started {
 		l.started = true
 		ctx, cancel := context.WithCancel(context.Background())
@@ -149,7 +153,7 @@ func (l *Listener) Close() {
 		l.cancel()
 	}
 	all := l.subs
-	l.subs = make(map[string]map[*Subscription]struct{})
+	l.subs = make(map[string]map[*Subscription]uint64)
 	l.mu.Unlock()
 	for _, set := range all {
 		for s := range set {
@@ -347,13 +351,21 @@ func (l *Listener) sync(ctx context.Context, conn *pgx.Conn, listened map[string
 	return nil
 }
 
+// dispatch queues a notification for every subscriber of its channel, in the order they subscribed (so one that
+// sees a message knows that every earlier subscriber has it queued too).
 func (l *Listener) dispatch(channel, payload string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for s := range l.subs[channel] {
+	set := l.subs[channel]
+	subs := make([]*Subscription, 0, len(set))
+	for s := range set {
 		if s.listening {
-			s.push(Message{Payload: payload})
+			subs = append(subs, s)
 		}
+	}
+	slices.SortFunc(subs, func(a, b *Subscription) int { return cmp.Compare(set[a], set[b]) })
+	for _, s := range subs {
+		s.push(Message{Payload: payload})
 	}
 }
 

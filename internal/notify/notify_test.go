@@ -206,7 +206,8 @@ func TestQueueOverflowTurnsIntoResync(t *testing.T) {
 	require.NoError(t, err)
 	waitActive(t, slow)
 	// A second subscriber on the same channel tells us when all ten notifications have been dispatched (the
-	// listener queues each one for every subscriber before the next one); slow reads nothing until then.
+	// listener queues each one for its subscribers in the order they subscribed, slow first); slow reads nothing
+	// until then.
 	probe, err := l.Subscribe("zeta")
 	require.NoError(t, err)
 	waitActive(t, probe)

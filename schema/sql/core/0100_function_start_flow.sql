@@ -9,6 +9,7 @@
 --     task is ever created), taskless steps complete, ready steps start (tasks and messages are created) and the
 --     run completes if nothing is left (e.g. a flow without steps);
 --   * returns the run row as it is at the end ('started', 'completed' or 'failed').
+-- A start waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow.
 -- Errors: unknown flow -> runs_flow_slug_fkey; an existing run_id -> runs_pkey (a retried start with the same
 -- run_id therefore never creates a second run); NULL input without root maps -> not-null violation on runs.input.
 create or replace function pgflow.start_flow(flow_slug text, input jsonb, run_id uuid default null)
@@ -24,6 +25,12 @@ declare
   v_run        pgflow.runs;
   v_input_len  integer;
 begin
+  -- Shares the flow's compilation lock (create_flow, ensure_flow_compiled and delete_flow_and_data hold it
+  -- exclusively): a start waits for a compilation in progress and then reads the whole flow. Without it a start
+  -- could count no steps (compilation not yet visible) yet pass the foreign-key check (which reads the newest
+  -- rows) and complete the run at once with output NULL.
+  perform pg_advisory_xact_lock_shared(1, hashtext(lower(start_flow.flow_slug)));
+
   select count(*), count(*) filter (where s.step_type = 'map' and s.deps_count = 0)
     into v_step_count, v_root_maps
     from pgflow.steps as s

@@ -16,6 +16,7 @@
 --     names both lengths; an existing or repeated run id fails the whole call (runs_pkey), an unknown flow fails
 --     it with runs_flow_slug_fkey, a NULL input of a flow without root maps with the not-null violation on
 --     runs.input - the call is atomic: all runs start or none;
+--   * waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow;
 --   * returns the run rows as they are at the end, in the order of inputs; NULL or empty inputs start nothing.
 create or replace function pgflow.start_flows(flow_slug text, inputs jsonb[], run_ids uuid[] default null)
 returns setof pgflow.runs
@@ -38,6 +39,12 @@ begin
   if v_n = 0 then
     return;
   end if;
+
+  -- Shares the flow's compilation lock (create_flow, ensure_flow_compiled and delete_flow_and_data hold it
+  -- exclusively): a start waits for a compilation in progress and then reads the whole flow. Without it a start
+  -- could count no steps (compilation not yet visible) yet pass the foreign-key check (which reads the newest
+  -- rows) and complete the run at once with output NULL.
+  perform pg_advisory_xact_lock_shared(1, hashtext(lower(start_flows.flow_slug)));
   if start_flows.run_ids is not null and cardinality(start_flows.run_ids) <> v_n then
     raise exception 'start_flows: % run_ids given for % inputs', cardinality(start_flows.run_ids), v_n;
   end if;

@@ -398,6 +398,7 @@ $$;
 --     names both lengths; an existing or repeated run id fails the whole call (runs_pkey), an unknown flow fails
 --     it with runs_flow_slug_fkey, a NULL input of a flow without root maps with the not-null violation on
 --     runs.input - the call is atomic: all runs start or none;
+--   * waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow;
 --   * returns the run rows as they are at the end, in the order of inputs; NULL or empty inputs start nothing.
 create or replace function pgflow.start_flows(flow_slug text, inputs jsonb[], run_ids uuid[] default null)
 returns setof pgflow.runs
@@ -420,6 +421,12 @@ begin
   if v_n = 0 then
     return;
   end if;
+
+  -- Shares the flow's compilation lock (create_flow, ensure_flow_compiled and delete_flow_and_data hold it
+  -- exclusively): a start waits for a compilation in progress and then reads the whole flow. Without it a start
+  -- could count no steps (compilation not yet visible) yet pass the foreign-key check (which reads the newest
+  -- rows) and complete the run at once with output NULL.
+  perform pg_advisory_xact_lock_shared(1, hashtext(lower(start_flows.flow_slug)));
   if start_flows.run_ids is not null and cardinality(start_flows.run_ids) <> v_n then
     raise exception 'start_flows: % run_ids given for % inputs', cardinality(start_flows.run_ids), v_n;
   end if;
@@ -949,5 +956,101 @@ begin
               order by x.pos'
       using _emit_events.payloads;
   end if;
+end;
+$$;
+
+-- start_flow and start_flows share the flow's compilation lock: a start during a compilation waits for it and sees
+-- the whole flow (it could complete the run at once, with output NULL).
+-- pgflow.start_flow(flow_slug, input, run_id) guarantees:
+--   * a flow with root map steps only starts with an array input: SQL NULL raises
+--     'Flow <slug> has root map steps but input is NULL', any other JSON type raises
+--     'Flow <slug> has root map steps but input is not an array (got <type>)' (P0001), before anything is written;
+--   * one run row (run_id = the given one, else random; remaining_steps = number of steps) and one 'created'
+--     step state per step (remaining_deps = deps_count; initial_tasks = 1 for single steps, the input array length
+--     for root maps, NULL for dependent maps until their parent completes) are written in this transaction;
+--   * run:started is emitted, then conditions of ready steps are resolved (a 'fail' condition fails the run and no
+--     task is ever created), taskless steps complete, ready steps start (tasks and messages are created) and the
+--     run completes if nothing is left (e.g. a flow without steps);
+--   * returns the run row as it is at the end ('started', 'completed' or 'failed').
+-- A start waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow.
+-- Errors: unknown flow -> runs_flow_slug_fkey; an existing run_id -> runs_pkey (a retried start with the same
+-- run_id therefore never creates a second run); NULL input without root maps -> not-null violation on runs.input.
+create or replace function pgflow.start_flow(flow_slug text, input jsonb, run_id uuid default null)
+returns setof pgflow.runs
+language plpgsql
+volatile
+set search_path = ''
+as $$
+declare
+  v_run_id     uuid;
+  v_step_count integer;
+  v_root_maps  integer;
+  v_run        pgflow.runs;
+  v_input_len  integer;
+begin
+  -- Shares the flow's compilation lock (create_flow, ensure_flow_compiled and delete_flow_and_data hold it
+  -- exclusively): a start waits for a compilation in progress and then reads the whole flow. Without it a start
+  -- could count no steps (compilation not yet visible) yet pass the foreign-key check (which reads the newest
+  -- rows) and complete the run at once with output NULL.
+  perform pg_advisory_xact_lock_shared(1, hashtext(lower(start_flow.flow_slug)));
+
+  select count(*), count(*) filter (where s.step_type = 'map' and s.deps_count = 0)
+    into v_step_count, v_root_maps
+    from pgflow.steps as s
+   where s.flow_slug = start_flow.flow_slug;
+
+  if v_root_maps > 0 then
+    if start_flow.input is null then
+      raise exception 'Flow % has root map steps but input is NULL', start_flow.flow_slug;
+    elsif jsonb_typeof(start_flow.input) <> 'array' then
+      raise exception 'Flow % has root map steps but input is not an array (got %)',
+        start_flow.flow_slug, jsonb_typeof(start_flow.input);
+    end if;
+  end if;
+
+  -- Computed here, not inside the CASE below: the planner may fold a CASE arm with constant arguments even when
+  -- the arm is never taken, and jsonb_array_length raises on a non-array.
+  if jsonb_typeof(start_flow.input) = 'array' then
+    v_input_len := jsonb_array_length(start_flow.input);
+  end if;
+
+  insert into pgflow.runs (run_id, flow_slug, input, remaining_steps)
+  values (coalesce(start_flow.run_id, gen_random_uuid()), start_flow.flow_slug, start_flow.input, v_step_count)
+  returning * into v_run;
+  v_run_id := v_run.run_id;
+
+  insert into pgflow.step_states (flow_slug, run_id, step_slug, remaining_deps, initial_tasks)
+  select s.flow_slug,
+         v_run_id,
+         s.step_slug,
+         s.deps_count,
+         case
+           when s.step_type = 'map' and s.deps_count = 0 then v_input_len
+           when s.step_type = 'map' then null
+           else 1
+         end
+    from pgflow.steps as s
+   where s.flow_slug = v_run.flow_slug
+   order by s.step_index;
+
+  perform pgflow._emit_event(
+    jsonb_build_object(
+      'event_type', 'run:started',
+      'run_id', v_run.run_id,
+      'flow_slug', v_run.flow_slug,
+      'input', v_run.input,
+      'status', v_run.status,
+      'remaining_steps', v_run.remaining_steps,
+      'started_at', v_run.started_at),
+    'run:started',
+    v_run_id);
+
+  if pgflow.cascade_resolve_conditions(v_run_id) then
+    perform pgflow.cascade_complete_taskless_steps(v_run_id);
+    perform pgflow.start_ready_steps(v_run_id);
+    perform pgflow.maybe_complete_run(v_run_id);
+  end if;
+
+  return query select r.* from pgflow.runs as r where r.run_id = v_run_id;
 end;
 $$;
