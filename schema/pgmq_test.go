@@ -278,7 +278,7 @@ func TestBundledPGMQFilesAreOrderedAndFunctionsPinSearchPath(t *testing.T) {
 		require.NotEmpty(t, f.SQL, f.Name)
 		if strings.Contains(f.SQL, "create function") {
 			require.Equal(t, 1, strings.Count(f.SQL, "create function pgmq."), "%s: one pgmq function per file", f.Name)
-			require.Contains(t, f.SQL, "set search_path = ''", f.Name)
+			require.Contains(t, f.SQL, "set search_path = pg_catalog, pg_temp", f.Name)
 			require.True(t, strings.HasPrefix(f.SQL, "--"), "%s: starts with a comment saying what it guarantees", f.Name)
 		}
 	}

@@ -45,7 +45,7 @@ create or replace function realtime.send(payload jsonb, event text, topic text, 
 returns void
 language sql
 security definer
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $fn$
   insert into realtime.captured (payload, event, topic, private) values (payload, event, topic, private);
 $fn$;

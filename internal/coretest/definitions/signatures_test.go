@@ -49,16 +49,18 @@ func TestDefinitionFunctionSignatures(t *testing.T) {
 	require.Equal(t, want, got, "exactly one overload of each, with these signatures")
 }
 
-// Every pgflow function, definitions and runtime alike, must pin search_path to ” so that it behaves the same
-// under any caller's search_path (hard project rule; pgflow leaves a few functions unpinned).
-func TestEveryFunctionPinsEmptySearchPath(t *testing.T) {
+// Every pgflow function, definitions and runtime alike, pins search_path to pg_catalog, pg_temp (temporary schema
+// explicitly last), so it behaves the same under any caller's search_path and a caller's temporary objects never
+// shadow the names it uses (hard project rule; pgflow leaves a few functions unpinned, and an empty search_path
+// still searches the temporary schema first). reliability_searchpath_test.go proves the property by attacking.
+func TestEveryFunctionPinsSearchPath(t *testing.T) {
 	t.Parallel()
 	pool := newDB(t)
 	unpinned := queryVal[[]string](t, pool, `
 		select coalesce(array_agg(p.oid::regprocedure::text order by p.oid::regprocedure::text), '{}')
 		from pg_proc p
 		where p.pronamespace = 'pgflow'::regnamespace
-		  and p.proconfig is distinct from array['search_path=""']`)
+		  and p.proconfig is distinct from array['search_path=pg_catalog, pg_temp']`)
 	require.Empty(t, unpinned)
 	require.Positive(t, count(t, pool, `select 1 from pg_proc where pronamespace = 'pgflow'::regnamespace`))
 }

@@ -393,7 +393,7 @@ func TestCompleteTasksRejectsArraysOfDifferentLengths(t *testing.T) {
 	t.Parallel()
 	db := newDB(t).Pool
 	_, err := db.Exec(fx.Ctx(t), `select pgflow.complete_tasks(array[$1::uuid], array['a', 'b'], array[0], array['1'::jsonb])`, runA)
-	requirePgError(t, err, "P0001", "complete_tasks: the arrays differ in length: 1 run_ids, 2 step_slugs, 1 task_indexes, 1 outputs")
+	requirePgError(t, err, "22023", "complete_tasks: the arrays differ in length: 1 run_ids, 2 step_slugs, 1 task_indexes, 1 outputs, no attempts")
 	require.Empty(t, completeTasks(t, db, nil), "empty arrays complete nothing")
 	require.Zero(t, fx.Val[int](t, db, `select count(*)::int from pgflow.complete_tasks(null, null, null, null)`))
 }

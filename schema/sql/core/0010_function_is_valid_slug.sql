@@ -6,7 +6,7 @@ create or replace function pgflow.is_valid_slug(slug text)
 returns boolean
 language plpgsql
 immutable
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 begin
   if slug is null or slug = '' then

@@ -10,7 +10,7 @@ returns text
 language sql
 immutable
 parallel safe
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
   select lower(flow_slug);
 $$;

@@ -6,7 +6,7 @@ create or replace function pgflow._archive_task_message(p_run_id uuid, p_step_sl
 returns void
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_queue_name text;

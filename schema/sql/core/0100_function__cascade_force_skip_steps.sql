@@ -13,7 +13,7 @@ create or replace function pgflow._cascade_force_skip_steps(run_id uuid, step_sl
 returns integer
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_flow_slug text;

@@ -10,7 +10,7 @@ create or replace function pgflow._compare_flow_shapes(p_local jsonb, p_db jsonb
 returns text[]
 language plpgsql
 stable
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_local_steps jsonb := coalesce(p_local -> 'steps', '[]'::jsonb);

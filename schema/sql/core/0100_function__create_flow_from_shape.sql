@@ -8,7 +8,7 @@ create or replace function pgflow._create_flow_from_shape(p_flow_slug text, p_sh
 returns void
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_options jsonb := coalesce(p_shape -> 'options', '{}'::jsonb);

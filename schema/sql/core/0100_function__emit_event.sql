@@ -5,14 +5,15 @@
 --     JSON envelope {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"}; the
 --     envelope never carries inputs or outputs, so it always stays far below pg_notify's 8000-byte limit
 --     (slugs are at most 128 characters: the envelope is under 700 bytes);
---   * when a function realtime.send(jsonb, text, text, boolean) exists (Supabase), the full payload also goes to
+--   * when a trusted realtime.send(jsonb, text, text, boolean) exists (Supabase; see pgflow._trusted_realtime_send:
+--     one that an unprivileged role planted is never called), the full payload also goes to
 --     realtime.send(payload, event, 'pgflow:run:<run_id>', false); it is called through dynamic SQL so the
 --     schema does not depend on Supabase.
 create or replace function pgflow._emit_event(payload jsonb, event text, run_id uuid)
 returns void
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_topic    text := 'pgflow:run:' || _emit_event.run_id::text;
@@ -32,7 +33,7 @@ begin
   perform pg_notify('pgflow', v_envelope);
   perform pg_notify(v_topic, v_envelope);
 
-  if to_regprocedure('realtime.send(jsonb,text,text,boolean)') is not null then
+  if pgflow._trusted_realtime_send() is not null then
     execute 'select realtime.send($1, $2, $3, $4)'
       using _emit_event.payload, _emit_event.event, v_topic, false;
   end if;

@@ -4,7 +4,7 @@
 --   * published inside the caller's transaction (seen by listeners only if it commits), in array order;
 --   * per payload, pg_notify on 'pgflow' and on 'pgflow:run:<run_id>' with the same small envelope as
 --     _emit_event {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"};
---   * when realtime.send(jsonb, text, text, boolean) exists, every full payload also goes to
+--   * when a trusted realtime.send(jsonb, text, text, boolean) exists (pgflow._trusted_realtime_send), every full payload also goes to
 --     realtime.send(payload, event, 'pgflow:run:<run_id>', false), in array order (one dynamic statement);
 --   * one statement for all notifications instead of one function call per event; NULL or empty payloads do
 --     nothing.
@@ -12,7 +12,7 @@ create or replace function pgflow._emit_events(payloads jsonb[])
 returns void
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 begin
   if _emit_events.payloads is null or cardinality(_emit_events.payloads) = 0 then
@@ -52,7 +52,7 @@ begin
      cross join lateral (values (1, 'pgflow'), (2, 'pgflow:run:' || e.run_id::text)) as c (k, channel)
     order by e.pos, c.k;
 
-  if to_regprocedure('realtime.send(jsonb,text,text,boolean)') is not null then
+  if pgflow._trusted_realtime_send() is not null then
     execute 'select realtime.send(
                       x.p,
                       case

@@ -8,7 +8,7 @@ create or replace function pgflow._maybe_complete_runs(run_ids uuid[])
 returns void
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_events jsonb[];

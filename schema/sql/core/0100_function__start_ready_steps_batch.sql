@@ -26,7 +26,7 @@ create or replace function pgflow._start_ready_steps_batch(
 returns void
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_group  record;

@@ -30,7 +30,7 @@ create or replace function pgflow.add_step(
 returns pgflow.steps
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_deps          text[];

@@ -9,7 +9,7 @@ returns integer
 language sql
 immutable
 parallel safe
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
   select case
     when base_delay is null or attempts_count is null then null

@@ -16,7 +16,7 @@ create or replace function pgflow.cascade_complete_taskless_steps(run_id uuid)
 returns integer
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_flow_slug  text;

@@ -18,7 +18,7 @@ create or replace function pgflow.cascade_resolve_conditions(run_id uuid)
 returns boolean
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_run        record;

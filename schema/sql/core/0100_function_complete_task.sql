@@ -1,4 +1,9 @@
--- pgflow.complete_task(run_id, step_slug, task_index, output) guarantees (returns the task row; none if unknown):
+-- pgflow.complete_task(run_id, step_slug, task_index, output, attempt) guarantees (returns the task row; none if
+-- unknown):
+--   * attempt fencing (v0.20.0): when attempt is given and the task is not 'started' or its attempts_count is not
+--     attempt, the report comes from an attempt that is no longer current: nothing changes at all (no message is
+--     touched) and the row is returned as it is, so the caller sees that its result was not recorded. A NULL
+--     attempt (pgflow's four-argument call) is not fenced;
 --   * rows are locked in the order run, step state, task (the same order as fail_task and requeue_stalled_tasks),
 --     so concurrent callbacks of one run are serialised and never deadlock each other;
 --   * failed run: nothing changes (its messages were archived when it failed);
@@ -20,11 +25,17 @@
 --   * the task's message is archived once the task is completed.
 -- Every message operation uses the queue the task stored (step_tasks.queue_name): a single pgmq.archive call for
 -- this task's message, one batch call per queue when the run's messages are archived.
-create or replace function pgflow.complete_task(run_id uuid, step_slug text, task_index integer, output jsonb)
+create or replace function pgflow.complete_task(
+  run_id     uuid,
+  step_slug  text,
+  task_index integer,
+  output     jsonb,
+  attempt    integer default null
+)
 returns setof pgflow.step_tasks
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_run         pgflow.runs;
@@ -54,6 +65,13 @@ begin
      and t.task_index = complete_task.task_index
      for update;
   if not found then
+    return;
+  end if;
+
+  -- A report from an attempt that is no longer current changes nothing.
+  if complete_task.attempt is not null
+     and (v_task.status <> 'started' or v_task.attempts_count <> complete_task.attempt) then
+    return next v_task;
     return;
   end if;
 

@@ -1,5 +1,10 @@
--- pgflow.complete_tasks(run_ids, step_slugs, task_indexes, outputs) completes many tasks in one call (one
--- transaction), element i of the four arrays naming one task and its output. It guarantees:
+-- pgflow.complete_tasks(run_ids, step_slugs, task_indexes, outputs, attempts) completes many tasks in one call (one
+-- transaction), element i of the arrays naming one task, its output and (optionally) the attempt that produced it.
+-- It guarantees:
+--   * attempt fencing (v0.20.0): an element whose attempts[i] is given and is not the task's current attempt, or
+--     whose task is not 'started', changes nothing (outcome 'stale' or 'ignored'); the same task named again later
+--     in the call changes nothing either (outcome 'duplicate', not a second 'completed'); attempts NULL (or a NULL
+--     element) is not fenced;
 --   * the outcome is the one of calling pgflow.complete_task(run_ids[i], step_slugs[i], task_indexes[i],
 --     outputs[i]) for every i, in the order of (run_id, step_slug, task_index): every guarantee of complete_task
 --     holds for every task (one result recorded per task; late, replayed and unknown callbacks, failed runs and
@@ -17,16 +22,25 @@
 --     through pgflow._start_ready_steps_batch, and runs finished by a cascade complete through
 --     pgflow._maybe_complete_runs; every other task goes through pgflow.complete_task itself, afterwards. Events of one run keep their causal order (a dependent's step:started may follow the
 --     completion of a sibling completed in the same call);
---   * returns one row per array element: its 1-based position and the task's status afterwards ('completed' when
---     recorded; the status complete_task reports otherwise; NULL when no such task exists);
---   * arrays of different lengths raise an error naming the four lengths before anything changes; NULL or empty
+--   * returns one row per array element: its 1-based position, the task's status afterwards ('completed' when
+--     recorded; the status complete_task reports otherwise; NULL when no such task exists) and the outcome:
+--     'recorded' (this call recorded the result: the task completed, or failed with a type violation), 'stale',
+--     'ignored' (the task, its step or its run is no longer 'started': nothing recorded), 'duplicate' or 'unknown'
+--     (no such task);
+--   * arrays of different lengths raise an error naming the lengths before anything changes; NULL or empty
 --     arrays complete nothing and return nothing. An error in any task rolls the whole call back: callers that
 --     must not lose the other results call complete_task per task then.
-create or replace function pgflow.complete_tasks(run_ids uuid[], step_slugs text[], task_indexes integer[], outputs jsonb[])
-returns table (task_position integer, task_status text)
+create or replace function pgflow.complete_tasks(
+  run_ids      uuid[],
+  step_slugs   text[],
+  task_indexes integer[],
+  outputs      jsonb[],
+  attempts     integer[] default null
+)
+returns table (task_position integer, task_status text, outcome text)
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_n         integer := coalesce(cardinality(complete_tasks.run_ids), 0);
@@ -41,7 +55,8 @@ declare
   v_queue     record;
   v_pos       integer;
   v_status    text;
-  v_statuses  text[];
+  v_outcomes  text[];
+  v_before    text[];
   v_c_steps   text[];
   v_c_flows   text[];
   v_c_outputs jsonb[];
@@ -50,15 +65,17 @@ declare
 begin
   if v_n <> coalesce(cardinality(complete_tasks.step_slugs), 0)
      or v_n <> coalesce(cardinality(complete_tasks.task_indexes), 0)
-     or v_n <> coalesce(cardinality(complete_tasks.outputs), 0) then
-    raise exception 'complete_tasks: the arrays differ in length: % run_ids, % step_slugs, % task_indexes, % outputs',
+     or v_n <> coalesce(cardinality(complete_tasks.outputs), 0)
+     or (complete_tasks.attempts is not null and v_n <> coalesce(cardinality(complete_tasks.attempts), 0)) then
+    raise exception 'complete_tasks: the arrays differ in length: % run_ids, % step_slugs, % task_indexes, % outputs, % attempts',
       v_n, coalesce(cardinality(complete_tasks.step_slugs), 0), coalesce(cardinality(complete_tasks.task_indexes), 0),
-      coalesce(cardinality(complete_tasks.outputs), 0);
+      coalesce(cardinality(complete_tasks.outputs), 0),
+      case when complete_tasks.attempts is null then 'no' else coalesce(cardinality(complete_tasks.attempts), 0)::text end
+      using errcode = '22023';
   end if;
   if v_n = 0 then
     return;
   end if;
-  v_statuses := array_fill(null::text, array[v_n]);
 
   -- Lock order: runs, step states, tasks (as complete_task), each sorted.
   perform 1
@@ -86,20 +103,29 @@ begin
         where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
           for update) as l;
 
-  -- Split the tasks into the plainly completable ones and the rest. A run with any task of the rest has all its
-  -- tasks of this call completed one by one, so their order within the run is kept.
-  select coalesce(array_agg(c.pos order by c.pos) filter (where c.fast_run), '{}'),
-         coalesce(array_agg(c.pos order by c.run_id, c.step_slug, c.task_index, c.pos) filter (where not c.fast_run), '{}')
-    into v_fast, v_slow
+  -- Sort out what cannot be recorded (unknown, duplicate, stale, no longer started) and split the rest into the
+  -- plainly completable tasks and the others. A run with any task of the others has all its recordable tasks of
+  -- this call completed one by one, so their order within the run is kept.
+  select coalesce(array_agg(c.pos order by c.pos) filter (where c.pre_outcome is null and c.fast_run), '{}'),
+         coalesce(array_agg(c.pos order by c.run_id, c.step_slug, c.task_index, c.pos)
+                    filter (where c.pre_outcome is null and not c.fast_run), '{}'),
+         array_agg(c.pre_outcome order by c.pos),
+         array_agg(c.task_status order by c.pos)
+    into v_fast, v_slow, v_outcomes, v_before
     from (
-      select f.*, bool_and(f.fast) over (partition by f.run_id) as fast_run
+      select f.*, bool_and(f.fast) filter (where f.pre_outcome is null) over (partition by f.run_id) as fast_run
         from (
-      select x.pos, x.run_id, x.step_slug, x.task_index,
+      select x.pos, x.run_id, x.step_slug, x.task_index, t.status as task_status,
+             case
+               when t.run_id is null then 'unknown'
+               when x.pos <> min(x.pos) over (partition by x.run_id, x.step_slug, x.task_index) then 'duplicate'
+               when x.attempt is not null and t.attempts_count <> x.attempt then 'stale'
+               when x.attempt is not null and t.status <> 'started' then 'ignored'
+             end as pre_outcome,
              coalesce(
                r.status = 'started'
                and ss.status = 'started'
                and t.status = 'started'
-               and x.pos = min(x.pos) over (partition by x.run_id, x.step_slug, x.task_index)
                and not exists (
                  select 1
                    from pgflow.steps as cs
@@ -119,8 +145,9 @@ begin
                       and cst.status = 'created'
                       and cst.initial_tasks is null)),
                false) as fast
-        from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes, complete_tasks.outputs)
-               with ordinality as x (run_id, step_slug, task_index, output, pos)
+        from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes, complete_tasks.outputs,
+                    coalesce(complete_tasks.attempts, array_fill(null::integer, array[v_n])))
+               with ordinality as x (run_id, step_slug, task_index, output, attempt, pos)
         left join pgflow.runs as r on r.run_id = x.run_id
         left join pgflow.step_states as ss on ss.run_id = x.run_id and ss.step_slug = x.step_slug
         left join pgflow.step_tasks as t
@@ -329,7 +356,7 @@ begin
     end if;
 
     foreach v_pos in array v_fast loop
-      v_statuses[v_pos] := 'completed';
+      v_outcomes[v_pos] := 'recorded';
     end loop;
   end if;
 
@@ -338,10 +365,21 @@ begin
     v_status := null;
     select t.status into v_status
       from pgflow.complete_task(complete_tasks.run_ids[v_pos], complete_tasks.step_slugs[v_pos],
-                                complete_tasks.task_indexes[v_pos], complete_tasks.outputs[v_pos]) as t;
-    v_statuses[v_pos] := v_status;
+                                complete_tasks.task_indexes[v_pos], complete_tasks.outputs[v_pos],
+                                complete_tasks.attempts[v_pos]) as t;
+    v_outcomes[v_pos] := case
+                           when v_before[v_pos] = 'started' and v_status is distinct from 'started' then 'recorded'
+                           else 'ignored'
+                         end;
   end loop;
 
-  return query select p.pos::integer, v_statuses[p.pos] from generate_series(1, v_n) as p (pos);
+  -- Every element reports its task's status as it is now.
+  return query
+    select x.pos::integer, t.status, v_outcomes[x.pos]
+      from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes)
+             with ordinality as x (run_id, step_slug, task_index, pos)
+      left join pgflow.step_tasks as t
+        on t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
+     order by x.pos;
 end;
 $$;

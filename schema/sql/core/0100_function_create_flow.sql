@@ -24,7 +24,7 @@ create or replace function pgflow.create_flow(
 returns pgflow.flows
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_flow   pgflow.flows;

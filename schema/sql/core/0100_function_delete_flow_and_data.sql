@@ -17,7 +17,7 @@ create or replace function pgflow.delete_flow_and_data(p_flow_slug text)
 returns void
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_queue  record;

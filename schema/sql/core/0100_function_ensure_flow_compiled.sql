@@ -5,6 +5,8 @@
 --   * 'recompiled' - shapes differed and pgflow.is_local() or allow_data_loss: the flow and ALL its data (runs,
 --                    states, tasks, queue and archive) were deleted and the flow created again from the shape;
 --   * 'mismatch'   - shapes differed otherwise; nothing changed.
+-- A shape the DSL could not produce (NULL, not an object, duplicate step slugs, maxAttempts 0, ...) is refused by
+-- pgflow._validate_flow_shape (22023, naming the bad value) before anything is read or changed (v0.20.0).
 -- differences lists _compare_flow_shapes(shape, stored shape) (the caller's shape is "first").
 -- Concurrent calls for one normalized slug (and create_flow / delete_flow_and_data for it) are serialised by the
 -- transaction-level advisory lock (1, hashtext(lower(flow_slug))), so slugs differing only in letter case share it.
@@ -16,11 +18,12 @@ create or replace function pgflow.ensure_flow_compiled(
 returns jsonb
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_differences text[];
 begin
+  perform pgflow._validate_flow_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
   perform pg_advisory_xact_lock(1, hashtext(lower(ensure_flow_compiled.flow_slug)));
 
   if not exists (select 1 from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug) then

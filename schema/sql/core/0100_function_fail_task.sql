@@ -1,5 +1,11 @@
--- pgflow.fail_task(run_id, step_slug, task_index, error_message) guarantees (returns the task row; none if
--- unknown):
+-- pgflow.fail_task(run_id, step_slug, task_index, error_message, attempt, permanent) guarantees (returns the task
+-- row; none if unknown):
+--   * a NULL error_message is refused (SQLSTATE 22004, naming the task) before anything changes;
+--   * attempt fencing (v0.20.0): when attempt is given and the task is not 'started' or its attempts_count is not
+--     attempt, the report comes from an attempt that is no longer current: nothing changes at all (no message is
+--     touched) and the row is returned as it is. A NULL attempt (pgflow's four-argument call) is not fenced;
+--   * permanent => true (the handler said the error will not go away): the task does not retry, whatever attempts
+--     are left; it is failed as an exhausted task (below);
 --   * rows are locked in the order run, step state, task (as in complete_task and requeue_stalled_tasks);
 --   * failed run: a 'started' task becomes 'failed' with the message and its queue message is archived; no retry,
 --     no event;
@@ -18,11 +24,18 @@
 --     may complete; 'skip-cascade' -> like 'skip' but every dependent is skipped (dependency_skipped).
 -- Every message operation uses the queue the task stored (step_tasks.queue_name): single-message pgmq.archive and
 -- pgmq.set_vt calls for this task, one batch pgmq.archive call per queue when several tasks' messages are archived.
-create or replace function pgflow.fail_task(run_id uuid, step_slug text, task_index integer, error_message text)
+create or replace function pgflow.fail_task(
+  run_id        uuid,
+  step_slug     text,
+  task_index    integer,
+  error_message text,
+  attempt       integer default null,
+  permanent     boolean default false
+)
 returns setof pgflow.step_tasks
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_run            pgflow.runs;
@@ -33,6 +46,12 @@ declare
   v_when_exhausted text;
   v_queue          record;
 begin
+  if fail_task.error_message is null then
+    raise exception 'fail_task: error_message must not be NULL (run %, step %, task %)',
+      fail_task.run_id, fail_task.step_slug, fail_task.task_index
+      using errcode = '22004';
+  end if;
+
   select r.* into v_run from pgflow.runs as r where r.run_id = fail_task.run_id for update;
   if not found then
     return;
@@ -50,6 +69,13 @@ begin
      and t.task_index = fail_task.task_index
      for update;
   if not found then
+    return;
+  end if;
+
+  -- A report from an attempt that is no longer current changes nothing.
+  if fail_task.attempt is not null
+     and (v_task.status <> 'started' or v_task.attempts_count <> fail_task.attempt) then
+    return next v_task;
     return;
   end if;
 
@@ -96,7 +122,8 @@ begin
    where s.flow_slug = v_run.flow_slug and s.step_slug = fail_task.step_slug;
 
   -- Retry.
-  if v_task.attempts_count < v_max_attempts and v_task.permanently_stalled_at is null then
+  if v_task.attempts_count < v_max_attempts and v_task.permanently_stalled_at is null
+     and not coalesce(fail_task.permanent, false) then
     update pgflow.step_tasks as t
        set status = 'queued',
            started_at = null,

@@ -7,7 +7,7 @@ returns jsonb
 language sql
 volatile
 security definer
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
   select jsonb_build_object(
            'run', to_jsonb(r),

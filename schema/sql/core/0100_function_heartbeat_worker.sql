@@ -6,7 +6,7 @@ create or replace function pgflow.heartbeat_worker(worker_id uuid)
 returns boolean
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_deprecated boolean;

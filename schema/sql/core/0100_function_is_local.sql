@@ -9,7 +9,7 @@ returns boolean
 language sql
 stable
 parallel safe
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
   select coalesce(current_setting('pgflow.environment', true), '') = 'local'
       or coalesce(current_setting('app.settings.jwt_secret', true), '')

@@ -6,7 +6,7 @@ create or replace function pgflow.mark_worker_stopped(worker_id uuid)
 returns void
 language sql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
   update pgflow.workers as w
   set stopped_at = c.ts,

@@ -7,7 +7,7 @@ create or replace function pgflow.maybe_complete_run(run_id uuid)
 returns void
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_run pgflow.runs;

@@ -11,7 +11,7 @@ create or replace function pgflow.poll_for_tasks(
 returns setof pgflow.step_task_record
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 begin
   raise notice 'pgflow.poll_for_tasks is deprecated and returns no tasks (queue %): update the worker; it must read with pgmq.read_with_poll and claim with pgflow.start_tasks',

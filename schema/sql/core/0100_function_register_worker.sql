@@ -7,7 +7,7 @@ create or replace function pgflow.register_worker(worker_id uuid, queue_name tex
 returns pgflow.workers
 language sql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
   insert into pgflow.workers as w (worker_id, queue_name, function_name, started_at, last_heartbeat_at)
   values (

@@ -18,7 +18,7 @@ returns integer
 language plpgsql
 volatile
 security definer
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_requeued integer := 0;

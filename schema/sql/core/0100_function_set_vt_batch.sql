@@ -16,7 +16,7 @@ returns table (
 )
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 begin
   if set_vt_batch.msg_ids is null or set_vt_batch.vt_offsets is null

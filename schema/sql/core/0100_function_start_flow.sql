@@ -16,7 +16,7 @@ create or replace function pgflow.start_flow(flow_slug text, input jsonb, run_id
 returns setof pgflow.runs
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_run_id     uuid;

@@ -7,7 +7,7 @@ returns jsonb
 language plpgsql
 volatile
 security definer
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_run_id uuid;

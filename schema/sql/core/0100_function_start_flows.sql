@@ -22,7 +22,7 @@ create or replace function pgflow.start_flows(flow_slug text, inputs jsonb[], ru
 returns setof pgflow.runs
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_n          integer := coalesce(cardinality(start_flows.inputs), 0);

@@ -16,7 +16,7 @@ create or replace function pgflow.start_ready_steps(run_id uuid)
 returns void
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_run_status text;

@@ -33,7 +33,7 @@ create or replace function pgflow.start_tasks(
 returns setof pgflow.step_task_record
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_queue_name text;

@@ -5,7 +5,7 @@ create or replace function pgflow.track_worker_function(function_name text)
 returns void
 language sql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
   insert into pgflow.worker_functions as wf (function_name, updated_at)
   values (track_worker_function.function_name, clock_timestamp())

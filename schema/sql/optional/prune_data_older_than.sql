@@ -22,7 +22,7 @@ create or replace function pgflow.prune_data_older_than(retention_interval inter
 returns void
 language plpgsql
 volatile
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_cutoff timestamptz;

@@ -4,7 +4,7 @@
 create function pgmq.format_table_name(queue_name text, prefix text)
 returns text
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 begin
     if strpos(format_table_name.queue_name, '$') > 0

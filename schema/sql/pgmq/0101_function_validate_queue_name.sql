@@ -3,7 +3,7 @@
 create function pgmq.validate_queue_name(queue_name text)
 returns void
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 begin
     if length(validate_queue_name.queue_name) >= 48 then

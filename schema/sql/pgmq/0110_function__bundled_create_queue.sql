@@ -5,7 +5,7 @@
 create function pgmq._bundled_create_queue(queue_name text, unlogged boolean)
 returns void
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 declare
     qtable text := pgmq.format_table_name(_bundled_create_queue.queue_name, 'q');

@@ -3,7 +3,7 @@
 create function pgmq.create_unlogged(queue_name text)
 returns void
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 begin
     perform pgmq._bundled_create_queue(create_unlogged.queue_name, true);

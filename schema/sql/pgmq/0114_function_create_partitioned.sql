@@ -7,7 +7,7 @@ create function pgmq.create_partitioned(
 )
 returns void
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 begin
     perform pgmq.format_table_name(create_partitioned.queue_name, 'q');

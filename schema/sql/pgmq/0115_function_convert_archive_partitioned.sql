@@ -8,7 +8,7 @@ create function pgmq.convert_archive_partitioned(
 )
 returns void
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 begin
     raise exception 'pgmq.convert_archive_partitioned(%) is not supported by the bundled PGMQ layer; install the pgmq extension (>= 1.5) and pg_partman to use partitioned archives',

@@ -5,7 +5,7 @@
 create function pgmq.drop_queue(queue_name text)
 returns boolean
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 declare
     qtable text := pgmq.format_table_name(drop_queue.queue_name, 'q');

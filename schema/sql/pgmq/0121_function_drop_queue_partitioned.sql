@@ -2,7 +2,7 @@
 create function pgmq.drop_queue(queue_name text, partitioned boolean)
 returns boolean
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 begin
     raise warning 'drop_queue(queue_name, partitioned) is deprecated and will be removed in PGMQ v2.0. Use drop_queue(queue_name) instead';

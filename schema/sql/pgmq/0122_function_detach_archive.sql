@@ -4,7 +4,7 @@
 create function pgmq.detach_archive(queue_name text)
 returns void
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 declare
     atable text := pgmq.format_table_name(detach_archive.queue_name, 'a');

@@ -3,7 +3,7 @@
 create function pgmq.purge_queue(queue_name text)
 returns bigint
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 declare
     qtable text := pgmq.format_table_name(purge_queue.queue_name, 'q');

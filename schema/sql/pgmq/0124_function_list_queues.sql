@@ -2,7 +2,7 @@
 create function pgmq.list_queues()
 returns setof pgmq.queue_record
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 begin
     return query

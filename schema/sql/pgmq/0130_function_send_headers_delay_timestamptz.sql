@@ -4,7 +4,7 @@
 create function pgmq.send(queue_name text, msg jsonb, headers jsonb, delay timestamptz)
 returns setof bigint
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 declare
     qtable text := pgmq.format_table_name(send.queue_name, 'q');

@@ -2,7 +2,7 @@
 create function pgmq.send(queue_name text, msg jsonb, delay integer)
 returns setof bigint
 language sql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
     select pgmq.send(queue_name, msg, null::jsonb, clock_timestamp() + make_interval(secs => delay));
 $body$;

@@ -4,7 +4,7 @@
 create function pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay timestamptz)
 returns setof bigint
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 declare
     qtable text := pgmq.format_table_name(send_batch.queue_name, 'q');

@@ -2,7 +2,7 @@
 create function pgmq.send_batch(queue_name text, msgs jsonb[])
 returns setof bigint
 language sql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
     select pgmq.send_batch(queue_name, msgs, null::jsonb[], clock_timestamp());
 $body$;

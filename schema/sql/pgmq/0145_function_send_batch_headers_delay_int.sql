@@ -2,7 +2,7 @@
 create function pgmq.send_batch(queue_name text, msgs jsonb[], headers jsonb[], delay integer)
 returns setof bigint
 language sql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
     select pgmq.send_batch(queue_name, msgs, headers, clock_timestamp() + make_interval(secs => delay));
 $body$;

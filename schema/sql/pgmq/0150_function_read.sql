@@ -6,7 +6,7 @@
 create function pgmq.read(queue_name text, vt integer, qty integer, conditional jsonb default '{}')
 returns setof pgmq.message_record
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 declare
     qtable text := pgmq.format_table_name(read.queue_name, 'q');

@@ -12,7 +12,7 @@ create function pgmq.read_with_poll(
 )
 returns setof pgmq.message_record
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 declare
     stop_at timestamptz := clock_timestamp() + make_interval(secs => read_with_poll.max_poll_seconds);

@@ -3,7 +3,7 @@
 create function pgmq.pop(queue_name text)
 returns setof pgmq.message_record
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 declare
     qtable text := pgmq.format_table_name(pop.queue_name, 'q');

@@ -3,7 +3,7 @@
 create function pgmq.set_vt(queue_name text, msg_id bigint, vt integer)
 returns setof pgmq.message_record
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 declare
     qtable text := pgmq.format_table_name(set_vt.queue_name, 'q');

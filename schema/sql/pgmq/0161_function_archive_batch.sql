@@ -3,7 +3,7 @@
 create function pgmq.archive(queue_name text, msg_ids bigint[])
 returns setof bigint
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 declare
     qtable text := pgmq.format_table_name(archive.queue_name, 'q');

@@ -4,7 +4,7 @@
 create function pgmq.metrics(queue_name text)
 returns pgmq.metrics_result
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 declare
     qtable text := pgmq.format_table_name(metrics.queue_name, 'q');

@@ -2,7 +2,7 @@
 create function pgmq.metrics_all()
 returns setof pgmq.metrics_result
 language plpgsql
-set search_path = ''
+set search_path = pg_catalog, pg_temp
 as $body$
 declare
     registered record;

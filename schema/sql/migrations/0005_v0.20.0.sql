@@ -1,0 +1,1411 @@
+-- pgflow-go schema v0.20.0: changes since v0.19.0 (trust at the edges).
+set local check_function_bodies = off;
+
+-- Attempt fencing changes three signatures (a trailing attempt argument with a default, so pgflow's four-argument
+-- calls keep working). The old functions are dropped first so calls are not ambiguous; roles that could execute
+-- them keep that right on the new ones (granted again at the end of this file).
+create temporary table pgflow_v020_grants on commit drop as
+  select a.grantee::regrole::text as grantee, p.proname::text as proname
+    from pg_catalog.pg_proc as p
+    cross join lateral pg_catalog.aclexplode(p.proacl) as a
+   where p.oid in (pg_catalog.to_regprocedure('pgflow.complete_task(uuid,text,integer,jsonb)'),
+                   pg_catalog.to_regprocedure('pgflow.fail_task(uuid,text,integer,text)'),
+                   pg_catalog.to_regprocedure('pgflow.complete_tasks(uuid[],text[],integer[],jsonb[])'))
+     and a.privilege_type = 'EXECUTE'
+     and a.grantee <> 0
+     and a.grantee <> p.proowner;
+
+drop function pgflow.complete_task(uuid, text, integer, jsonb);
+drop function pgflow.fail_task(uuid, text, integer, text);
+drop function pgflow.complete_tasks(uuid[], text[], integer[], jsonb[]);
+
+-- pgflow._trusted_realtime_send() guarantees (v0.20.0): returns realtime.send(jsonb, text, text, boolean) when that
+-- function exists and can be trusted with the rights of whoever emits events (the pgflow owner inside SECURITY
+-- DEFINER functions, a worker role otherwise); NULL otherwise. Trusted means: both the function and schema
+-- realtime are owned by a superuser or by the owner of schema pgflow (Supabase: supabase_admin / postgres). A
+-- realtime.send that any other role created (a role with CREATE on the database can create schema realtime) is
+-- never called: its code would run with pgflow's rights on every state change. When such an untrusted function is
+-- found, one LOG line per session says so (server log only; clients do not see it).
+create or replace function pgflow._trusted_realtime_send()
+returns regprocedure
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_fn      regprocedure := pg_catalog.to_regprocedure('realtime.send(jsonb,text,text,boolean)');
+  v_trusted boolean;
+  v_owner   text;
+begin
+  if v_fn is null then
+    return null;
+  end if;
+
+  select bool_and(o.rolsuper or o.oid = pn.nspowner), pg_catalog.string_agg(o.rolname, ', ')
+    into v_trusted, v_owner
+    from pg_catalog.pg_proc as p
+    join pg_catalog.pg_namespace as rn on rn.oid = p.pronamespace
+    join pg_catalog.pg_namespace as pn on pn.nspname = 'pgflow'
+    join pg_catalog.pg_roles as o on o.oid in (p.proowner, rn.nspowner)
+   where p.oid = v_fn;
+
+  if coalesce(v_trusted, false) then
+    return v_fn;
+  end if;
+
+  if pg_catalog.current_setting('pgflow.untrusted_realtime_logged', true) is distinct from 'on' then
+    raise log 'pgflow: not calling %: it or schema realtime is owned by % (neither a superuser nor the owner of schema pgflow), so events are not sent to Supabase Realtime',
+      v_fn, v_owner;
+    perform pg_catalog.set_config('pgflow.untrusted_realtime_logged', 'on', false);
+  end if;
+  return null;
+end;
+$$;
+
+-- pgflow._validate_flow_shape(p_flow_slug, p_shape) guarantees (v0.20.0): raises 22023 (invalid_parameter_value)
+-- with a message naming the flow, the step and the bad value when the shape is not one the Go DSL could produce,
+-- and returns normally otherwise; it reads no table and changes nothing. Checked: the shape is a JSON object (not
+-- NULL, not a string); "steps" is present and an array; every step is an object whose "slug" is a string, unique
+-- within the shape; "dependencies", when present, is an array of strings; "stepType" is 'single' or 'map';
+-- "whenUnmet" and "whenExhausted" are 'fail', 'skip' or 'skip-cascade'; "options" (flow and step), when present,
+-- is an object whose maxAttempts (1..2147483647), baseDelay (0..), timeout (1..) and startDelay (0..) are whole
+-- numbers. Slug syntax, dependency existence, map rules and patterns are left to create_flow and add_step, which
+-- check them with their own errors.
+create or replace function pgflow._validate_flow_shape(p_flow_slug text, p_shape jsonb)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_step  jsonb;
+  v_pos   bigint;
+  v_slug  text;
+  v_seen  text[] := '{}';
+  v_key   text;
+  v_value jsonb;
+  v_where text;
+  v_min   integer;
+begin
+  if p_shape is null then
+    raise exception 'Flow shape for "%" is NULL, expected a JSON object with "steps"', p_flow_slug
+      using errcode = '22023';
+  end if;
+  if jsonb_typeof(p_shape) <> 'object' then
+    raise exception 'Flow shape for "%" is a JSON %, expected an object with "steps": %',
+      p_flow_slug, jsonb_typeof(p_shape), left(p_shape::text, 200)
+      using errcode = '22023';
+  end if;
+  if jsonb_typeof(p_shape -> 'steps') is distinct from 'array' then
+    raise exception 'Flow shape for "%" has "steps" of type %, expected an array',
+      p_flow_slug, coalesce(jsonb_typeof(p_shape -> 'steps'), 'missing')
+      using errcode = '22023';
+  end if;
+
+  for v_step, v_pos in select e.value, e.pos from jsonb_array_elements(p_shape -> 'steps') with ordinality as e (value, pos) loop
+    if jsonb_typeof(v_step) <> 'object' then
+      raise exception 'Flow shape for "%": step #% is a JSON %, expected an object', p_flow_slug, v_pos, jsonb_typeof(v_step)
+        using errcode = '22023';
+    end if;
+    if jsonb_typeof(v_step -> 'slug') is distinct from 'string' then
+      raise exception 'Flow shape for "%": step #% has "slug" of type %, expected a string',
+        p_flow_slug, v_pos, coalesce(jsonb_typeof(v_step -> 'slug'), 'missing')
+        using errcode = '22023';
+    end if;
+    v_slug := v_step ->> 'slug';
+    if v_slug = any (v_seen) then
+      raise exception 'Flow shape for "%": step slug "%" appears more than once', p_flow_slug, v_slug
+        using errcode = '22023';
+    end if;
+    v_seen := v_seen || v_slug;
+
+    if v_step ? 'dependencies' and (jsonb_typeof(v_step -> 'dependencies') <> 'array'
+        or exists (select 1 from jsonb_array_elements(v_step -> 'dependencies') as d (value)
+                    where jsonb_typeof(d.value) <> 'string')) then
+      raise exception 'Flow shape for "%": step "%" has "dependencies" %, expected an array of step slugs',
+        p_flow_slug, v_slug, left((v_step -> 'dependencies')::text, 200)
+        using errcode = '22023';
+    end if;
+    if v_step ? 'stepType' and (v_step -> 'stepType') not in ('"single"'::jsonb, '"map"'::jsonb) then
+      raise exception 'Flow shape for "%": step "%" has "stepType" %, expected "single" or "map"',
+        p_flow_slug, v_slug, v_step -> 'stepType'
+        using errcode = '22023';
+    end if;
+    foreach v_key in array array['whenUnmet', 'whenExhausted'] loop
+      if v_step ? v_key and (v_step -> v_key) not in ('"fail"'::jsonb, '"skip"'::jsonb, '"skip-cascade"'::jsonb) then
+        raise exception 'Flow shape for "%": step "%" has "%" %, expected "fail", "skip" or "skip-cascade"',
+          p_flow_slug, v_slug, v_key, v_step -> v_key
+          using errcode = '22023';
+      end if;
+    end loop;
+  end loop;
+
+  -- Options: the flow's, then each step's.
+  for v_where, v_value in
+    select 'flow options', p_shape -> 'options' where p_shape ? 'options'
+    union all
+    select format('step "%s" options', e.value ->> 'slug'), e.value -> 'options'
+      from jsonb_array_elements(p_shape -> 'steps') with ordinality as e (value, pos)
+     where e.value ? 'options'
+  loop
+    if jsonb_typeof(v_value) <> 'object' then
+      raise exception 'Flow shape for "%": % is a JSON %, expected an object', p_flow_slug, v_where, jsonb_typeof(v_value)
+        using errcode = '22023';
+    end if;
+    foreach v_key in array array['maxAttempts', 'baseDelay', 'timeout', 'startDelay'] loop
+      continue when not v_value ? v_key or jsonb_typeof(v_value -> v_key) = 'null';
+      v_min := case v_key when 'maxAttempts' then 1 when 'timeout' then 1 else 0 end;
+      if jsonb_typeof(v_value -> v_key) <> 'number'
+         or (v_value ->> v_key)::numeric <> trunc((v_value ->> v_key)::numeric)
+         or (v_value ->> v_key)::numeric not between v_min and 2147483647 then
+        raise exception 'Flow shape for "%": % has %: %, expected a whole number between % and 2147483647',
+          p_flow_slug, v_where, v_key, v_value -> v_key, v_min
+          using errcode = '22023';
+      end if;
+    end loop;
+  end loop;
+end;
+$$;
+
+-- pgflow._emit_event(payload, event, run_id) guarantees:
+--   * the event is published inside the caller's transaction, so listeners see it only if the state change that
+--     caused it commits, and in the order the functions emitted it;
+--   * pg_notify on the global channel 'pgflow' and on the per-run channel 'pgflow:run:<run_id>' with a small
+--     JSON envelope {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"}; the
+--     envelope never carries inputs or outputs, so it always stays far below pg_notify's 8000-byte limit
+--     (slugs are at most 128 characters: the envelope is under 700 bytes);
+--   * when a trusted realtime.send(jsonb, text, text, boolean) exists (Supabase; see pgflow._trusted_realtime_send:
+--     one that an unprivileged role planted is never called), the full payload also goes to
+--     realtime.send(payload, event, 'pgflow:run:<run_id>', false); it is called through dynamic SQL so the
+--     schema does not depend on Supabase.
+create or replace function pgflow._emit_event(payload jsonb, event text, run_id uuid)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_topic    text := 'pgflow:run:' || _emit_event.run_id::text;
+  v_envelope text;
+begin
+  v_envelope := jsonb_strip_nulls(jsonb_build_object(
+    'event_type', _emit_event.payload ->> 'event_type',
+    'event', _emit_event.event,
+    'run_id', _emit_event.run_id,
+    'step_slug', _emit_event.payload ->> 'step_slug',
+    'status', _emit_event.payload ->> 'status',
+    'flow_slug', coalesce(
+      _emit_event.payload ->> 'flow_slug',
+      (select r.flow_slug from pgflow.runs as r where r.run_id = _emit_event.run_id))
+  ))::text;
+
+  perform pg_notify('pgflow', v_envelope);
+  perform pg_notify(v_topic, v_envelope);
+
+  if pgflow._trusted_realtime_send() is not null then
+    execute 'select realtime.send($1, $2, $3, $4)'
+      using _emit_event.payload, _emit_event.event, v_topic, false;
+  end if;
+end;
+$$;
+
+-- pgflow._emit_events(payloads) guarantees: the same as calling pgflow._emit_event(payload, event, run_id) for
+-- every payload, in array order, with event = payload.event_type for run events and
+-- 'step:<step_slug>:<what>' for step events (event_type 'step:<what>'), and run_id = payload.run_id:
+--   * published inside the caller's transaction (seen by listeners only if it commits), in array order;
+--   * per payload, pg_notify on 'pgflow' and on 'pgflow:run:<run_id>' with the same small envelope as
+--     _emit_event {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"};
+--   * when a trusted realtime.send(jsonb, text, text, boolean) exists (pgflow._trusted_realtime_send), every full payload also goes to
+--     realtime.send(payload, event, 'pgflow:run:<run_id>', false), in array order (one dynamic statement);
+--   * one statement for all notifications instead of one function call per event; NULL or empty payloads do
+--     nothing.
+create or replace function pgflow._emit_events(payloads jsonb[])
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if _emit_events.payloads is null or cardinality(_emit_events.payloads) = 0 then
+    return;
+  end if;
+
+  -- pg_notify is volatile, so the planner evaluates it after the sort: notifications go out in ORDER BY order.
+  -- The envelope is written as text, byte for byte what jsonb_strip_nulls(jsonb_build_object(...))::text gives
+  -- (keys in jsonb's order: by length, then bytes; NULL members left out), at about half the cost.
+  perform pg_notify(c.channel, e.envelope)
+     from (
+       select x.pos,
+              x.run_id,
+              '{' || array_to_string(array[
+                '"event": ' || to_json(x.event)::text,
+                '"run_id": ' || to_json(x.run_id)::text,
+                '"status": ' || to_json(x.status)::text,
+                '"flow_slug": ' || to_json(coalesce(
+                  x.flow_slug,
+                  (select r.flow_slug from pgflow.runs as r where r.run_id = x.run_id)))::text,
+                '"step_slug": ' || to_json(x.step_slug)::text,
+                '"event_type": ' || to_json(x.event_type)::text], ', ') || '}' as envelope
+         from (
+           select u.pos,
+                  u.p ->> 'event_type' as event_type,
+                  (u.p ->> 'run_id')::uuid as run_id,
+                  u.p ->> 'step_slug' as step_slug,
+                  u.p ->> 'status' as status,
+                  u.p ->> 'flow_slug' as flow_slug,
+                  case
+                    when u.p ->> 'step_slug' is null then u.p ->> 'event_type'
+                    else 'step:' || (u.p ->> 'step_slug') || ':' || split_part(u.p ->> 'event_type', ':', 2)
+                  end as event
+             from unnest(_emit_events.payloads) with ordinality as u (p, pos)
+         ) as x
+     ) as e
+     cross join lateral (values (1, 'pgflow'), (2, 'pgflow:run:' || e.run_id::text)) as c (k, channel)
+    order by e.pos, c.k;
+
+  if pgflow._trusted_realtime_send() is not null then
+    execute 'select realtime.send(
+                      x.p,
+                      case
+                        when x.p ->> ''step_slug'' is null then x.p ->> ''event_type''
+                        else ''step:'' || (x.p ->> ''step_slug'') || '':'' || split_part(x.p ->> ''event_type'', '':'', 2)
+                      end,
+                      ''pgflow:run:'' || (x.p ->> ''run_id''),
+                      false)
+               from unnest($1) with ordinality as x (p, pos)
+              order by x.pos'
+      using _emit_events.payloads;
+  end if;
+end;
+$$;
+
+-- pgflow.complete_task(run_id, step_slug, task_index, output, attempt) guarantees (returns the task row; none if
+-- unknown):
+--   * attempt fencing (v0.20.0): when attempt is given and the task is not 'started' or its attempts_count is not
+--     attempt, the report comes from an attempt that is no longer current: nothing changes at all (no message is
+--     touched) and the row is returned as it is, so the caller sees that its result was not recorded. A NULL
+--     attempt (pgflow's four-argument call) is not fenced;
+--   * rows are locked in the order run, step state, task (the same order as fail_task and requeue_stalled_tasks),
+--     so concurrent callbacks of one run are serialised and never deadlock each other;
+--   * failed run: nothing changes (its messages were archived when it failed);
+--   * step not 'started' (late or replayed callback: completed, skipped, failed): this task's message is archived,
+--     nothing else changes;
+--   * task not 'started' (queued, completed, failed): nothing changes at all, no message is touched and no type
+--     check runs (upstream pgflow failed the run on a bad output even for a never-started task);
+--   * type violation: a single step that has a dependent map still waiting for its array ('created',
+--     initial_tasks NULL; a map already skipped needs no array) and produced anything but a JSON array (SQL NULL
+--     included) fails the run (run:failed), archives every queued/started message of the run, fails the task
+--     ('[TYPE_VIOLATION] Produced <type> instead of array', output stored) and the step ('[TYPE_VIOLATION] Map
+--     step <child> expects array input but dependency <step> produced <type>', step:failed); when_exhausted does
+--     not apply;
+--   * otherwise the task is completed with the output exactly as given, the step's remaining_tasks drops; on the
+--     last task the step completes with its output (single: the task output; map: the outputs of all its tasks
+--     as one array ordered by task_index), its dependents' remaining_deps drop, dependent maps learn their task
+--     count, the run's remaining_steps drops, step:completed is emitted, conditions are resolved, taskless steps
+--     cascade, ready steps start and the run completes when nothing is left;
+--   * the task's message is archived once the task is completed.
+-- Every message operation uses the queue the task stored (step_tasks.queue_name): a single pgmq.archive call for
+-- this task's message, one batch call per queue when the run's messages are archived.
+create or replace function pgflow.complete_task(
+  run_id     uuid,
+  step_slug  text,
+  task_index integer,
+  output     jsonb,
+  attempt    integer default null
+)
+returns setof pgflow.step_tasks
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_run         pgflow.runs;
+  v_state       pgflow.step_states;
+  v_task        pgflow.step_tasks;
+  v_step        pgflow.steps;
+  v_child       text;
+  v_type        text;
+  v_step_output jsonb;
+  v_queue       record;
+  v_output_len  integer;
+begin
+  select r.* into v_run from pgflow.runs as r where r.run_id = complete_task.run_id for update;
+  if not found then
+    return;
+  end if;
+
+  select ss.* into v_state
+    from pgflow.step_states as ss
+   where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug
+     for update;
+
+  select t.* into v_task
+    from pgflow.step_tasks as t
+   where t.run_id = complete_task.run_id
+     and t.step_slug = complete_task.step_slug
+     and t.task_index = complete_task.task_index
+     for update;
+  if not found then
+    return;
+  end if;
+
+  -- A report from an attempt that is no longer current changes nothing.
+  if complete_task.attempt is not null
+     and (v_task.status <> 'started' or v_task.attempts_count <> complete_task.attempt) then
+    return next v_task;
+    return;
+  end if;
+
+  -- Failed run: nothing to do.
+  if v_run.status = 'failed' then
+    return next v_task;
+    return;
+  end if;
+
+  -- Late or replayed callback for a step that is no longer running.
+  if v_state.status is distinct from 'started' then
+    if v_task.message_id is not null then
+      perform pgmq.archive(v_task.queue_name, v_task.message_id);
+    end if;
+    return next v_task;
+    return;
+  end if;
+
+  -- Only a started task can complete.
+  if v_task.status <> 'started' then
+    return next v_task;
+    return;
+  end if;
+
+  select s.* into v_step
+    from pgflow.steps as s
+   where s.flow_slug = v_run.flow_slug and s.step_slug = complete_task.step_slug;
+
+  -- A single step feeding a map must produce an array.
+  if v_step.step_type = 'single' and jsonb_typeof(complete_task.output) is distinct from 'array' then
+    select c.step_slug into v_child
+      from pgflow.deps as d
+      join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
+      join pgflow.step_states as cs on cs.run_id = complete_task.run_id and cs.step_slug = c.step_slug
+     where d.flow_slug = v_run.flow_slug
+       and d.dep_slug = complete_task.step_slug
+       and c.step_type = 'map'
+       and cs.status = 'created'
+       and cs.initial_tasks is null
+     order by c.step_index
+     limit 1;
+
+    if v_child is not null then
+      v_type := coalesce(jsonb_typeof(complete_task.output), 'null');
+
+      update pgflow.runs as r
+         set status = 'failed',
+             failed_at = now()
+       where r.run_id = complete_task.run_id
+      returning r.* into v_run;
+
+      perform pgflow._emit_event(
+        jsonb_build_object(
+          'event_type', 'run:failed',
+          'run_id', v_run.run_id,
+          'flow_slug', v_run.flow_slug,
+          'status', v_run.status,
+          'error_message', format('[TYPE_VIOLATION] Map step %s expects array input but dependency %s produced %s',
+                                  v_child, complete_task.step_slug, v_type),
+          'failed_at', v_run.failed_at),
+        'run:failed',
+        v_run.run_id);
+
+      for v_queue in
+        select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
+          from pgflow.step_tasks as t
+         where t.run_id = complete_task.run_id
+           and t.status in ('queued', 'started')
+           and t.message_id is not null
+         group by t.queue_name
+         order by t.queue_name
+      loop
+        perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
+      end loop;
+
+      update pgflow.step_tasks as t
+         set status = 'failed',
+             failed_at = now(),
+             output = complete_task.output,
+             error_message = format('[TYPE_VIOLATION] Produced %s instead of array', v_type)
+       where t.run_id = complete_task.run_id
+         and t.step_slug = complete_task.step_slug
+         and t.task_index = complete_task.task_index
+      returning t.* into v_task;
+
+      update pgflow.step_states as ss
+         set status = 'failed',
+             failed_at = now(),
+             error_message = format('[TYPE_VIOLATION] Map step %s expects array input but dependency %s produced %s',
+                                    v_child, complete_task.step_slug, v_type)
+       where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug
+      returning ss.* into v_state;
+
+      perform pgflow._emit_event(
+        jsonb_build_object(
+          'event_type', 'step:failed',
+          'run_id', v_state.run_id,
+          'flow_slug', v_state.flow_slug,
+          'step_slug', v_state.step_slug,
+          'status', v_state.status,
+          'error_message', v_state.error_message,
+          'failed_at', v_state.failed_at),
+        'step:' || v_state.step_slug || ':failed',
+        v_state.run_id);
+
+      return next v_task;
+      return;
+    end if;
+  end if;
+
+  -- Complete the task.
+  update pgflow.step_tasks as t
+     set status = 'completed',
+         completed_at = now(),
+         output = complete_task.output
+   where t.run_id = complete_task.run_id
+     and t.step_slug = complete_task.step_slug
+     and t.task_index = complete_task.task_index
+  returning t.* into v_task;
+
+  update pgflow.step_states as ss
+     set remaining_tasks = ss.remaining_tasks - 1
+   where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug
+  returning ss.* into v_state;
+
+  if v_state.remaining_tasks = 0 then
+    if v_step.step_type = 'map' then
+      select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb) into v_step_output
+        from pgflow.step_tasks as t
+       where t.run_id = complete_task.run_id
+         and t.step_slug = complete_task.step_slug
+         and t.status = 'completed';
+    else
+      v_step_output := complete_task.output;
+    end if;
+
+    update pgflow.step_states as ss
+       set status = 'completed',
+           completed_at = now(),
+           output = v_step_output
+     where ss.run_id = complete_task.run_id and ss.step_slug = complete_task.step_slug
+    returning ss.* into v_state;
+
+    -- Not computed inside the CASE below: the planner may fold a CASE arm with constant arguments even when the
+    -- arm is never taken, and jsonb_array_length raises on a non-array.
+    if jsonb_typeof(v_step_output) = 'array' then
+      v_output_len := jsonb_array_length(v_step_output);
+    end if;
+
+    update pgflow.step_states as cs
+       set remaining_deps = cs.remaining_deps - 1,
+           initial_tasks = case
+                             when c.step_type = 'map' and cs.initial_tasks is null then v_output_len
+                             else cs.initial_tasks
+                           end
+      from pgflow.deps as d
+      join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
+     where d.flow_slug = v_run.flow_slug
+       and d.dep_slug = complete_task.step_slug
+       and cs.run_id = complete_task.run_id
+       and cs.step_slug = d.step_slug;
+
+    update pgflow.runs as r
+       set remaining_steps = r.remaining_steps - 1
+     where r.run_id = complete_task.run_id;
+
+    perform pgflow._emit_event(
+      jsonb_build_object(
+        'event_type', 'step:completed',
+        'run_id', v_state.run_id,
+        'flow_slug', v_state.flow_slug,
+        'step_slug', v_state.step_slug,
+        'status', v_state.status,
+        'output', v_state.output,
+        'completed_at', v_state.completed_at),
+      'step:' || v_state.step_slug || ':completed',
+      v_state.run_id);
+
+    if not pgflow.cascade_resolve_conditions(complete_task.run_id) then
+      if v_task.message_id is not null then
+        perform pgmq.archive(v_task.queue_name, v_task.message_id);
+      end if;
+      return next v_task;
+      return;
+    end if;
+
+    perform pgflow.cascade_complete_taskless_steps(complete_task.run_id);
+  end if;
+
+  if v_task.message_id is not null then
+    perform pgmq.archive(v_task.queue_name, v_task.message_id);
+  end if;
+
+  perform pgflow.start_ready_steps(complete_task.run_id);
+  perform pgflow.maybe_complete_run(complete_task.run_id);
+
+  return next v_task;
+end;
+$$;
+
+-- pgflow.fail_task(run_id, step_slug, task_index, error_message, attempt, permanent) guarantees (returns the task
+-- row; none if unknown):
+--   * a NULL error_message is refused (SQLSTATE 22004, naming the task) before anything changes;
+--   * attempt fencing (v0.20.0): when attempt is given and the task is not 'started' or its attempts_count is not
+--     attempt, the report comes from an attempt that is no longer current: nothing changes at all (no message is
+--     touched) and the row is returned as it is. A NULL attempt (pgflow's four-argument call) is not fenced;
+--   * permanent => true (the handler said the error will not go away): the task does not retry, whatever attempts
+--     are left; it is failed as an exhausted task (below);
+--   * rows are locked in the order run, step state, task (as in complete_task and requeue_stalled_tasks);
+--   * failed run: a 'started' task becomes 'failed' with the message and its queue message is archived; no retry,
+--     no event;
+--   * step not 'started' (late or replayed callback): this task's message is archived, nothing else changes (no
+--     double decrement, no event);
+--   * task not 'started': nothing changes at all, the message keeps its visibility (upstream pgflow pushed it by
+--     the retry delay);
+--   * attempts left (attempts_count < coalesce(step, flow) opt_max_attempts, and the task was not given up as
+--     permanently stalled): the task goes back to 'queued' (started_at NULL, error_message kept) and its message
+--     becomes visible after pgflow.calculate_retry_delay(coalesce(step, flow) opt_base_delay, attempts_count)
+--     seconds from now; no event;
+--   * exhausted: the task becomes 'failed' and its message is archived, then per the step's when_exhausted:
+--     'fail' -> step and run fail, step:failed then run:failed, every queued/started message of the run archived;
+--     'skip' -> step skipped (handler_failed, error_message kept), sibling messages archived, step:skipped,
+--     dependents released (map dependents get 0 tasks), conditions, taskless cascade, ready steps start, the run
+--     may complete; 'skip-cascade' -> like 'skip' but every dependent is skipped (dependency_skipped).
+-- Every message operation uses the queue the task stored (step_tasks.queue_name): single-message pgmq.archive and
+-- pgmq.set_vt calls for this task, one batch pgmq.archive call per queue when several tasks' messages are archived.
+create or replace function pgflow.fail_task(
+  run_id        uuid,
+  step_slug     text,
+  task_index    integer,
+  error_message text,
+  attempt       integer default null,
+  permanent     boolean default false
+)
+returns setof pgflow.step_tasks
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_run            pgflow.runs;
+  v_state          pgflow.step_states;
+  v_task           pgflow.step_tasks;
+  v_max_attempts   integer;
+  v_base_delay     integer;
+  v_when_exhausted text;
+  v_queue          record;
+begin
+  if fail_task.error_message is null then
+    raise exception 'fail_task: error_message must not be NULL (run %, step %, task %)',
+      fail_task.run_id, fail_task.step_slug, fail_task.task_index
+      using errcode = '22004';
+  end if;
+
+  select r.* into v_run from pgflow.runs as r where r.run_id = fail_task.run_id for update;
+  if not found then
+    return;
+  end if;
+
+  select ss.* into v_state
+    from pgflow.step_states as ss
+   where ss.run_id = fail_task.run_id and ss.step_slug = fail_task.step_slug
+     for update;
+
+  select t.* into v_task
+    from pgflow.step_tasks as t
+   where t.run_id = fail_task.run_id
+     and t.step_slug = fail_task.step_slug
+     and t.task_index = fail_task.task_index
+     for update;
+  if not found then
+    return;
+  end if;
+
+  -- A report from an attempt that is no longer current changes nothing.
+  if fail_task.attempt is not null
+     and (v_task.status <> 'started' or v_task.attempts_count <> fail_task.attempt) then
+    return next v_task;
+    return;
+  end if;
+
+  -- Failed run: record the failure of a running task, never retry.
+  if v_run.status = 'failed' then
+    if v_task.status = 'started' then
+      update pgflow.step_tasks as t
+         set status = 'failed',
+             failed_at = now(),
+             error_message = fail_task.error_message
+       where t.run_id = fail_task.run_id
+         and t.step_slug = fail_task.step_slug
+         and t.task_index = fail_task.task_index
+      returning t.* into v_task;
+    end if;
+    if v_task.message_id is not null then
+      perform pgmq.archive(v_task.queue_name, v_task.message_id);
+    end if;
+    return next v_task;
+    return;
+  end if;
+
+  -- Late or replayed callback for a step that is no longer running.
+  if v_state.status is distinct from 'started' then
+    if v_task.message_id is not null then
+      perform pgmq.archive(v_task.queue_name, v_task.message_id);
+    end if;
+    return next v_task;
+    return;
+  end if;
+
+  -- Only a started task can fail.
+  if v_task.status <> 'started' then
+    return next v_task;
+    return;
+  end if;
+
+  select coalesce(s.opt_max_attempts, f.opt_max_attempts),
+         coalesce(s.opt_base_delay, f.opt_base_delay),
+         s.when_exhausted
+    into v_max_attempts, v_base_delay, v_when_exhausted
+    from pgflow.steps as s
+    join pgflow.flows as f on f.flow_slug = s.flow_slug
+   where s.flow_slug = v_run.flow_slug and s.step_slug = fail_task.step_slug;
+
+  -- Retry.
+  if v_task.attempts_count < v_max_attempts and v_task.permanently_stalled_at is null
+     and not coalesce(fail_task.permanent, false) then
+    update pgflow.step_tasks as t
+       set status = 'queued',
+           started_at = null,
+           failed_at = null,
+           error_message = fail_task.error_message
+     where t.run_id = fail_task.run_id
+       and t.step_slug = fail_task.step_slug
+       and t.task_index = fail_task.task_index
+    returning t.* into v_task;
+
+    if v_task.message_id is not null then
+      perform pgmq.set_vt(v_task.queue_name, v_task.message_id,
+                          pgflow.calculate_retry_delay(v_base_delay, v_task.attempts_count));
+    end if;
+    return next v_task;
+    return;
+  end if;
+
+  -- Exhausted.
+  update pgflow.step_tasks as t
+     set status = 'failed',
+         failed_at = now(),
+         error_message = fail_task.error_message
+   where t.run_id = fail_task.run_id
+     and t.step_slug = fail_task.step_slug
+     and t.task_index = fail_task.task_index
+  returning t.* into v_task;
+
+  if v_task.message_id is not null then
+    perform pgmq.archive(v_task.queue_name, v_task.message_id);
+  end if;
+
+  if v_when_exhausted = 'fail' then
+    update pgflow.step_states as ss
+       set status = 'failed',
+           failed_at = now(),
+           error_message = fail_task.error_message
+     where ss.run_id = fail_task.run_id and ss.step_slug = fail_task.step_slug
+    returning ss.* into v_state;
+
+    update pgflow.runs as r
+       set status = 'failed',
+           failed_at = now()
+     where r.run_id = fail_task.run_id
+    returning r.* into v_run;
+
+    perform pgflow._emit_event(
+      jsonb_build_object(
+        'event_type', 'step:failed',
+        'run_id', v_state.run_id,
+        'flow_slug', v_state.flow_slug,
+        'step_slug', v_state.step_slug,
+        'status', v_state.status,
+        'error_message', v_state.error_message,
+        'failed_at', v_state.failed_at),
+      'step:' || v_state.step_slug || ':failed',
+      v_state.run_id);
+
+    perform pgflow._emit_event(
+      jsonb_build_object(
+        'event_type', 'run:failed',
+        'run_id', v_run.run_id,
+        'flow_slug', v_run.flow_slug,
+        'status', v_run.status,
+        'error_message', fail_task.error_message,
+        'failed_at', v_run.failed_at),
+      'run:failed',
+      v_run.run_id);
+
+    for v_queue in
+      select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
+        from pgflow.step_tasks as t
+       where t.run_id = fail_task.run_id
+         and t.status in ('queued', 'started')
+         and t.message_id is not null
+       group by t.queue_name
+       order by t.queue_name
+    loop
+      perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
+    end loop;
+
+    return next v_task;
+    return;
+  end if;
+
+  -- when_exhausted 'skip' or 'skip-cascade': the step is skipped, the run goes on.
+  update pgflow.step_states as ss
+     set status = 'skipped',
+         skip_reason = 'handler_failed',
+         skipped_at = now(),
+         error_message = fail_task.error_message,
+         remaining_tasks = null,
+         failed_at = null
+   where ss.run_id = fail_task.run_id and ss.step_slug = fail_task.step_slug
+  returning ss.* into v_state;
+
+  update pgflow.runs as r
+     set remaining_steps = r.remaining_steps - 1
+   where r.run_id = fail_task.run_id;
+
+  for v_queue in
+    select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
+      from pgflow.step_tasks as t
+     where t.run_id = fail_task.run_id
+       and t.step_slug = fail_task.step_slug
+       and t.status in ('queued', 'started')
+       and t.message_id is not null
+     group by t.queue_name
+     order by t.queue_name
+  loop
+    perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
+  end loop;
+
+  perform pgflow._emit_event(
+    jsonb_build_object(
+      'event_type', 'step:skipped',
+      'run_id', v_state.run_id,
+      'flow_slug', v_state.flow_slug,
+      'step_slug', v_state.step_slug,
+      'status', v_state.status,
+      'skip_reason', v_state.skip_reason,
+      'error_message', v_state.error_message,
+      'skipped_at', v_state.skipped_at),
+    'step:' || v_state.step_slug || ':skipped',
+    v_state.run_id);
+
+  if v_when_exhausted = 'skip-cascade' then
+    perform pgflow._cascade_force_skip_steps(fail_task.run_id, fail_task.step_slug, 'handler_failed');
+  else
+    update pgflow.step_states as cs
+       set remaining_deps = cs.remaining_deps - 1,
+           initial_tasks = case
+                             when c.step_type = 'map' and c.deps_count = 1 and cs.status = 'created' then 0
+                             else cs.initial_tasks
+                           end
+      from pgflow.deps as d
+      join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
+     where d.flow_slug = v_run.flow_slug
+       and d.dep_slug = fail_task.step_slug
+       and cs.run_id = fail_task.run_id
+       and cs.step_slug = d.step_slug;
+
+    if not pgflow.cascade_resolve_conditions(fail_task.run_id) then
+      perform pgflow._archive_task_message(fail_task.run_id, fail_task.step_slug, fail_task.task_index);
+      return next v_task;
+      return;
+    end if;
+
+    perform pgflow.cascade_complete_taskless_steps(fail_task.run_id);
+    perform pgflow.start_ready_steps(fail_task.run_id);
+  end if;
+
+  perform pgflow.maybe_complete_run(fail_task.run_id);
+
+  return next v_task;
+end;
+$$;
+
+-- pgflow.complete_tasks(run_ids, step_slugs, task_indexes, outputs, attempts) completes many tasks in one call (one
+-- transaction), element i of the arrays naming one task, its output and (optionally) the attempt that produced it.
+-- It guarantees:
+--   * attempt fencing (v0.20.0): an element whose attempts[i] is given and is not the task's current attempt, or
+--     whose task is not 'started', changes nothing (outcome 'stale' or 'ignored'); the same task named again later
+--     in the call changes nothing either (outcome 'duplicate', not a second 'completed'); attempts NULL (or a NULL
+--     element) is not fenced;
+--   * the outcome is the one of calling pgflow.complete_task(run_ids[i], step_slugs[i], task_indexes[i],
+--     outputs[i]) for every i, in the order of (run_id, step_slug, task_index): every guarantee of complete_task
+--     holds for every task (one result recorded per task; late, replayed and unknown callbacks, failed runs and
+--     type violations behave exactly as there);
+--   * rows are locked in the order runs, step states, tasks, each set sorted by key, so concurrent calls (batches
+--     or single complete_task calls) never wait on each other in a cycle;
+--   * tasks that are plainly completable - run, step state and task 'started', first mention of the task in the
+--     call, the flow has no step with a condition pattern, no type violation is possible, and the same holds for
+--     every other task of the same run in the call - are completed together: one UPDATE of their tasks, one of
+--     their step states (a step whose last task completes becomes 'completed' with its output in the same row
+--     version), one of the dependents (remaining_deps, map task counts), one UPDATE of the runs (a run left
+--     without steps becomes 'completed' in the same row version), step:completed and run:completed events in one
+--     call (per run: its steps in step_index order, then the run), taskless steps cascade, one pgmq.archive call
+--     per queue for their messages, ready steps of the runs where a dependent became ready or a cascade ran start
+--     through pgflow._start_ready_steps_batch, and runs finished by a cascade complete through
+--     pgflow._maybe_complete_runs; every other task goes through pgflow.complete_task itself, afterwards. Events of one run keep their causal order (a dependent's step:started may follow the
+--     completion of a sibling completed in the same call);
+--   * returns one row per array element: its 1-based position, the task's status afterwards ('completed' when
+--     recorded; the status complete_task reports otherwise; NULL when no such task exists) and the outcome:
+--     'recorded' (this call recorded the result: the task completed, or failed with a type violation), 'stale',
+--     'ignored' (the task, its step or its run is no longer 'started': nothing recorded), 'duplicate' or 'unknown'
+--     (no such task);
+--   * arrays of different lengths raise an error naming the lengths before anything changes; NULL or empty
+--     arrays complete nothing and return nothing. An error in any task rolls the whole call back: callers that
+--     must not lose the other results call complete_task per task then.
+create or replace function pgflow.complete_tasks(
+  run_ids      uuid[],
+  step_slugs   text[],
+  task_indexes integer[],
+  outputs      jsonb[],
+  attempts     integer[] default null
+)
+returns table (task_position integer, task_status text, outcome text)
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_n         integer := coalesce(cardinality(complete_tasks.run_ids), 0);
+  v_fast      integer[];
+  v_slow      integer[];
+  v_runs      uuid[];
+  v_events    jsonb[];
+  v_cascaded  uuid[] := '{}';
+  v_ready     uuid[];
+  v_run_events jsonb[];
+  v_run_id    uuid;
+  v_queue     record;
+  v_pos       integer;
+  v_status    text;
+  v_outcomes  text[];
+  v_before    text[];
+  v_c_steps   text[];
+  v_c_flows   text[];
+  v_c_outputs jsonb[];
+  v_started_runs  uuid[];
+  v_started_slugs text[];
+begin
+  if v_n <> coalesce(cardinality(complete_tasks.step_slugs), 0)
+     or v_n <> coalesce(cardinality(complete_tasks.task_indexes), 0)
+     or v_n <> coalesce(cardinality(complete_tasks.outputs), 0)
+     or (complete_tasks.attempts is not null and v_n <> coalesce(cardinality(complete_tasks.attempts), 0)) then
+    raise exception 'complete_tasks: the arrays differ in length: % run_ids, % step_slugs, % task_indexes, % outputs, % attempts',
+      v_n, coalesce(cardinality(complete_tasks.step_slugs), 0), coalesce(cardinality(complete_tasks.task_indexes), 0),
+      coalesce(cardinality(complete_tasks.outputs), 0),
+      case when complete_tasks.attempts is null then 'no' else coalesce(cardinality(complete_tasks.attempts), 0)::text end
+      using errcode = '22023';
+  end if;
+  if v_n = 0 then
+    return;
+  end if;
+
+  -- Lock order: runs, step states, tasks (as complete_task), each sorted.
+  perform 1
+     from pgflow.runs as r
+    where r.run_id = any (complete_tasks.run_ids)
+    order by r.run_id
+      for update;
+  -- States and tasks are locked one key at a time (lateral lookups in key order), never by a join whose plan
+  -- could scan whole tables.
+  perform 1
+     from (select distinct x.run_id, x.step_slug
+             from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) as x (run_id, step_slug)
+            order by x.run_id, x.step_slug) as k
+     cross join lateral (
+       select 1 from pgflow.step_states as ss
+        where ss.run_id = k.run_id and ss.step_slug = k.step_slug
+          for update) as l;
+  perform 1
+     from (select distinct x.run_id, x.step_slug, x.task_index
+             from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes)
+                    as x (run_id, step_slug, task_index)
+            order by x.run_id, x.step_slug, x.task_index) as k
+     cross join lateral (
+       select 1 from pgflow.step_tasks as t
+        where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+          for update) as l;
+
+  -- Sort out what cannot be recorded (unknown, duplicate, stale, no longer started) and split the rest into the
+  -- plainly completable tasks and the others. A run with any task of the others has all its recordable tasks of
+  -- this call completed one by one, so their order within the run is kept.
+  select coalesce(array_agg(c.pos order by c.pos) filter (where c.pre_outcome is null and c.fast_run), '{}'),
+         coalesce(array_agg(c.pos order by c.run_id, c.step_slug, c.task_index, c.pos)
+                    filter (where c.pre_outcome is null and not c.fast_run), '{}'),
+         array_agg(c.pre_outcome order by c.pos),
+         array_agg(c.task_status order by c.pos)
+    into v_fast, v_slow, v_outcomes, v_before
+    from (
+      select f.*, bool_and(f.fast) filter (where f.pre_outcome is null) over (partition by f.run_id) as fast_run
+        from (
+      select x.pos, x.run_id, x.step_slug, x.task_index, t.status as task_status,
+             case
+               when t.run_id is null then 'unknown'
+               when x.pos <> min(x.pos) over (partition by x.run_id, x.step_slug, x.task_index) then 'duplicate'
+               when x.attempt is not null and t.attempts_count <> x.attempt then 'stale'
+               when x.attempt is not null and t.status <> 'started' then 'ignored'
+             end as pre_outcome,
+             coalesce(
+               r.status = 'started'
+               and ss.status = 'started'
+               and t.status = 'started'
+               and not exists (
+                 select 1
+                   from pgflow.steps as cs
+                  where cs.flow_slug = r.flow_slug
+                    and (cs.required_input_pattern is not null or cs.forbidden_input_pattern is not null))
+               and not (
+                 s.step_type = 'single'
+                 and jsonb_typeof(x.output) is distinct from 'array'
+                 and exists (
+                   select 1
+                     from pgflow.deps as d
+                     join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
+                     join pgflow.step_states as cst on cst.run_id = x.run_id and cst.step_slug = c.step_slug
+                    where d.flow_slug = r.flow_slug
+                      and d.dep_slug = x.step_slug
+                      and c.step_type = 'map'
+                      and cst.status = 'created'
+                      and cst.initial_tasks is null)),
+               false) as fast
+        from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes, complete_tasks.outputs,
+                    coalesce(complete_tasks.attempts, array_fill(null::integer, array[v_n])))
+               with ordinality as x (run_id, step_slug, task_index, output, attempt, pos)
+        left join pgflow.runs as r on r.run_id = x.run_id
+        left join pgflow.step_states as ss on ss.run_id = x.run_id and ss.step_slug = x.step_slug
+        left join pgflow.step_tasks as t
+          on t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
+        left join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = x.step_slug
+        ) as f
+    ) as c;
+
+  if cardinality(v_fast) > 0 then
+    -- The tasks.
+    update pgflow.step_tasks as t
+       set status = 'completed',
+           completed_at = now(),
+           output = x.output
+      from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes, complete_tasks.outputs)
+             with ordinality as x (run_id, step_slug, task_index, output, pos)
+     where x.pos = any (v_fast)
+       and t.run_id = x.run_id
+       and t.step_slug = x.step_slug
+       and t.task_index = x.task_index;
+
+    -- Their step states: remaining_tasks drops by the tasks completed; a step whose last task completed becomes
+    -- 'completed' in the same row version, with its output (single: the task's output; map: all task outputs as
+    -- one array ordered by task_index).
+    with counts as (
+      select x.run_id, x.step_slug, count(*)::integer as n
+        from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) with ordinality as x (run_id, step_slug, pos)
+       where x.pos = any (v_fast)
+       group by x.run_id, x.step_slug
+    ),
+    updated as (
+      update pgflow.step_states as ss
+         set remaining_tasks = ss.remaining_tasks - c.n,
+             status = case when ss.remaining_tasks - c.n = 0 then 'completed' else ss.status end,
+             completed_at = case when ss.remaining_tasks - c.n = 0 then now() else ss.completed_at end,
+             output = case
+                        when ss.remaining_tasks - c.n <> 0 then ss.output
+                        when s.step_type = 'map' then (
+                          select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
+                            from pgflow.step_tasks as t
+                           where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.status = 'completed')
+                        else (
+                          select t.output
+                            from pgflow.step_tasks as t
+                           where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.task_index = 0)
+                      end
+        from counts as c, pgflow.steps as s
+       where ss.run_id = c.run_id
+         and ss.step_slug = c.step_slug
+         and s.flow_slug = ss.flow_slug
+         and s.step_slug = ss.step_slug
+      returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.output, ss.completed_at, s.step_index
+    )
+    select array_agg(u.run_id order by u.run_id, u.step_index),
+           array_agg(u.step_slug order by u.run_id, u.step_index),
+           array_agg(u.flow_slug order by u.run_id, u.step_index),
+           array_agg(u.output order by u.run_id, u.step_index),
+           array_agg(jsonb_build_object(
+                       'event_type', 'step:completed',
+                       'run_id', u.run_id,
+                       'flow_slug', u.flow_slug,
+                       'step_slug', u.step_slug,
+                       'status', u.status,
+                       'output', u.output,
+                       'completed_at', u.completed_at) order by u.run_id, u.step_index)
+      into v_runs, v_c_steps, v_c_flows, v_c_outputs, v_events
+      from updated as u
+     where u.status = 'completed';
+
+    if v_runs is not null then
+      -- Dependents of the completed steps: one dependency fewer per completed parent; a dependent map learns its
+      -- task count from its parent's array. A dependent that becomes ready with tasks to run becomes 'started' in
+      -- the same row version (these flows have no conditions to resolve first); its messages, tasks and
+      -- step:started event follow below, with the other steps that start.
+      with upd as (
+        update pgflow.step_states as cs
+           set remaining_deps = cs.remaining_deps - p.n,
+               initial_tasks = case
+                                 when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
+                                 else cs.initial_tasks
+                               end,
+               status = case
+                          when cs.status = 'created' and cs.remaining_deps - p.n = 0
+                               and coalesce(case
+                                              when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
+                                              else cs.initial_tasks
+                                            end, 0) > 0
+                          then 'started'
+                          else cs.status
+                        end,
+               started_at = case
+                              when cs.status = 'created' and cs.remaining_deps - p.n = 0
+                                   and coalesce(case
+                                                  when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
+                                                  else cs.initial_tasks
+                                                end, 0) > 0
+                              then now()
+                              else cs.started_at
+                            end,
+               remaining_tasks = case
+                                   when cs.status = 'created' and cs.remaining_deps - p.n = 0
+                                        and coalesce(case
+                                                       when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
+                                                       else cs.initial_tasks
+                                                     end, 0) > 0
+                                   then case
+                                          when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
+                                          else cs.initial_tasks
+                                        end
+                                   else cs.remaining_tasks
+                                 end
+          from (
+            select x.run_id, d.step_slug as child_slug, ch.step_type as child_type, count(*)::integer as n,
+                   max(case when jsonb_typeof(x.output) = 'array' then jsonb_array_length(x.output) end) as output_len
+              from unnest(v_runs, v_c_steps, v_c_flows, v_c_outputs) as x (run_id, step_slug, flow_slug, output)
+              join pgflow.deps as d on d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
+              join pgflow.steps as ch on ch.flow_slug = d.flow_slug and ch.step_slug = d.step_slug
+             group by x.run_id, d.step_slug, ch.step_type
+          ) as p
+         where cs.run_id = p.run_id
+           and cs.step_slug = p.child_slug
+        returning cs.run_id, cs.step_slug, cs.remaining_deps, cs.status
+      )
+      select array_agg(distinct u.run_id) filter (where u.remaining_deps = 0 and u.status = 'created'),
+             array_agg(u.run_id) filter (where u.status = 'started'),
+             array_agg(u.step_slug) filter (where u.status = 'started')
+        into v_ready, v_started_runs, v_started_slugs
+        from upd as u;
+
+      -- The runs: one step fewer per completed step. A run left without steps is complete (nothing can start
+      -- or cascade in it any more): it becomes 'completed' in the same row version, with the outputs of its
+      -- completed leaf steps, as maybe_complete_run does.
+      with counts as (
+        select x.run_id, count(*)::integer as n from unnest(v_runs) as x (run_id) group by x.run_id
+      ),
+      updated as (
+        update pgflow.runs as r
+           set remaining_steps = r.remaining_steps - c.n,
+               status = case when r.remaining_steps - c.n = 0 then 'completed' else r.status end,
+               completed_at = case when r.remaining_steps - c.n = 0 then now() else r.completed_at end,
+               output = case
+                          when r.remaining_steps - c.n <> 0 then r.output
+                          else (
+                            select jsonb_object_agg(ss.step_slug, ss.output)
+                              from pgflow.step_states as ss
+                             where ss.run_id = r.run_id
+                               and ss.status = 'completed'
+                               and not exists (
+                                 select 1 from pgflow.deps as d where d.flow_slug = r.flow_slug and d.dep_slug = ss.step_slug))
+                        end
+          from counts as c
+         where r.run_id = c.run_id
+        returning r.run_id, r.flow_slug, r.status, r.output, r.completed_at
+      )
+      select array_agg(u.run_id order by u.run_id) filter (where u.status <> 'completed'),
+             array_agg(jsonb_build_object(
+                         'event_type', 'run:completed',
+                         'run_id', u.run_id,
+                         'flow_slug', u.flow_slug,
+                         'status', u.status,
+                         'output', u.output,
+                         'completed_at', u.completed_at) order by u.run_id) filter (where u.status = 'completed')
+        into v_runs, v_run_events
+        from updated as u;
+
+      -- One call for all events: per run, its step:completed events, then its run:completed.
+      perform pgflow._emit_events(array(
+        select e.p
+          from unnest(v_events || coalesce(v_run_events, '{}')) with ordinality as e (p, pos)
+         order by (e.p ->> 'run_id')::uuid, e.pos));
+
+      -- Taskless steps (maps over an empty array) that became ready complete by cascade. (The flows of these
+      -- runs have no conditions, so resolving conditions first would change nothing.)
+      v_cascaded := array(
+        select distinct ss.run_id
+          from pgflow.step_states as ss
+         where ss.run_id = any (v_runs)
+           and ss.status = 'created'
+           and ss.remaining_deps = 0
+           and ss.initial_tasks = 0
+         order by ss.run_id);
+      foreach v_run_id in array v_cascaded loop
+        perform pgflow.cascade_complete_taskless_steps(v_run_id);
+      end loop;
+    end if;
+
+    -- The completed tasks' messages, one archive call per queue.
+    for v_queue in
+      select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
+        from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes)
+               with ordinality as x (run_id, step_slug, task_index, pos)
+        join pgflow.step_tasks as t
+          on t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
+       where x.pos = any (v_fast)
+         and t.message_id is not null
+       group by t.queue_name
+       order by t.queue_name
+    loop
+      perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
+    end loop;
+
+    -- Only runs where a dependent became ready or a cascade ran can have steps to start.
+    if v_ready is not null or cardinality(v_cascaded) > 0 or v_started_runs is not null then
+      perform pgflow._start_ready_steps_batch(coalesce(v_ready, '{}') || v_cascaded, v_started_runs, v_started_slugs);
+      perform pgflow._maybe_complete_runs(v_cascaded);
+    end if;
+
+    foreach v_pos in array v_fast loop
+      v_outcomes[v_pos] := 'recorded';
+    end loop;
+  end if;
+
+  -- Everything else, one complete_task call per task.
+  foreach v_pos in array v_slow loop
+    v_status := null;
+    select t.status into v_status
+      from pgflow.complete_task(complete_tasks.run_ids[v_pos], complete_tasks.step_slugs[v_pos],
+                                complete_tasks.task_indexes[v_pos], complete_tasks.outputs[v_pos],
+                                complete_tasks.attempts[v_pos]) as t;
+    v_outcomes[v_pos] := case
+                           when v_before[v_pos] = 'started' and v_status is distinct from 'started' then 'recorded'
+                           else 'ignored'
+                         end;
+  end loop;
+
+  -- Every element reports its task's status as it is now.
+  return query
+    select x.pos::integer, t.status, v_outcomes[x.pos]
+      from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes)
+             with ordinality as x (run_id, step_slug, task_index, pos)
+      left join pgflow.step_tasks as t
+        on t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
+     order by x.pos;
+end;
+$$;
+
+-- pgflow.release_tasks(run_ids, step_slugs, task_indexes, attempts) hands tasks back to the queue without spending
+-- an attempt (v0.20.0; a worker that shuts down while handlers still run calls it for the tasks it gives up on).
+-- Element i of the four arrays names one task and the attempt the caller holds. It guarantees:
+--   * a task that is 'started' at exactly attempts[i] goes back to 'queued': attempts_count - 1 (the interrupted
+--     attempt is not counted), started_at NULL, last_worker_id kept for the audit trail; its message becomes
+--     visible at once in the queue the task stored (one pgflow.set_vt_batch call per queue), so any worker may
+--     claim it again;
+--   * anything else changes nothing: an unknown task, a task that is not 'started', one whose current attempt is
+--     another (the task was recovered and claimed again: that attempt is not the caller's to give back), or the
+--     same task named again later in the call;
+--   * task rows are locked in key order (FOR UPDATE), so concurrent callbacks for the same task are serialised:
+--     of a release and a completion of the same attempt, exactly one takes effect;
+--   * returns one row per array element: its 1-based position and whether this call released the task;
+--   * arrays of different lengths raise an error naming the four lengths (22023) before anything changes; NULL or
+--     empty arrays release nothing and return nothing.
+create or replace function pgflow.release_tasks(
+  run_ids      uuid[],
+  step_slugs   text[],
+  task_indexes integer[],
+  attempts     integer[]
+)
+returns table (task_position integer, released boolean)
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_n        integer := coalesce(cardinality(release_tasks.run_ids), 0);
+  v_released integer[];
+  v_queue    record;
+begin
+  if v_n <> coalesce(cardinality(release_tasks.step_slugs), 0)
+     or v_n <> coalesce(cardinality(release_tasks.task_indexes), 0)
+     or v_n <> coalesce(cardinality(release_tasks.attempts), 0) then
+    raise exception 'release_tasks: the arrays differ in length: % run_ids, % step_slugs, % task_indexes, % attempts',
+      v_n, coalesce(cardinality(release_tasks.step_slugs), 0), coalesce(cardinality(release_tasks.task_indexes), 0),
+      coalesce(cardinality(release_tasks.attempts), 0)
+      using errcode = '22023';
+  end if;
+  if v_n = 0 then
+    return;
+  end if;
+
+  perform 1
+     from (select distinct x.run_id, x.step_slug, x.task_index
+             from unnest(release_tasks.run_ids, release_tasks.step_slugs, release_tasks.task_indexes)
+                    as x (run_id, step_slug, task_index)
+            order by x.run_id, x.step_slug, x.task_index) as k
+     cross join lateral (
+       select 1 from pgflow.step_tasks as t
+        where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+          for update) as l;
+
+  with candidates as (
+    select x.pos, x.run_id, x.step_slug, x.task_index, x.attempt,
+           x.pos = min(x.pos) over (partition by x.run_id, x.step_slug, x.task_index) as first
+      from unnest(release_tasks.run_ids, release_tasks.step_slugs, release_tasks.task_indexes, release_tasks.attempts)
+             with ordinality as x (run_id, step_slug, task_index, attempt, pos)
+  ),
+  updated as (
+    update pgflow.step_tasks as t
+       set status = 'queued',
+           attempts_count = t.attempts_count - 1,
+           started_at = null
+      from candidates as c
+     where c.first
+       and t.run_id = c.run_id
+       and t.step_slug = c.step_slug
+       and t.task_index = c.task_index
+       and t.status = 'started'
+       and t.attempts_count = c.attempt
+    returning c.pos, t.queue_name, t.message_id
+  )
+  select array_agg(u.pos) into v_released from updated as u;
+
+  for v_queue in
+    select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
+      from unnest(release_tasks.run_ids, release_tasks.step_slugs, release_tasks.task_indexes)
+             with ordinality as x (run_id, step_slug, task_index, pos)
+      join pgflow.step_tasks as t
+        on t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
+     where x.pos = any (v_released)
+       and t.message_id is not null
+     group by t.queue_name
+     order by t.queue_name
+  loop
+    perform pgflow.set_vt_batch(v_queue.queue_name, v_queue.msg_ids,
+                                array_fill(0, array[cardinality(v_queue.msg_ids)]));
+  end loop;
+
+  return query
+    select p.pos::integer, p.pos = any (coalesce(v_released, '{}'))
+      from generate_series(1, v_n) as p (pos);
+end;
+$$;
+
+-- pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss) guarantees: after it returns, the stored flow has
+-- the caller's shape, or nothing was changed and the result says why. Result: {"status": s, "differences": [...]}
+--   * 'compiled'   - the flow did not exist and was created from the shape (in any environment);
+--   * 'verified'   - the stored shape equals the caller's; nothing changed;
+--   * 'recompiled' - shapes differed and pgflow.is_local() or allow_data_loss: the flow and ALL its data (runs,
+--                    states, tasks, queue and archive) were deleted and the flow created again from the shape;
+--   * 'mismatch'   - shapes differed otherwise; nothing changed.
+-- A shape the DSL could not produce (NULL, not an object, duplicate step slugs, maxAttempts 0, ...) is refused by
+-- pgflow._validate_flow_shape (22023, naming the bad value) before anything is read or changed (v0.20.0).
+-- differences lists _compare_flow_shapes(shape, stored shape) (the caller's shape is "first").
+-- Concurrent calls for one normalized slug (and create_flow / delete_flow_and_data for it) are serialised by the
+-- transaction-level advisory lock (1, hashtext(lower(flow_slug))), so slugs differing only in letter case share it.
+create or replace function pgflow.ensure_flow_compiled(
+  flow_slug       text,
+  shape           jsonb,
+  allow_data_loss boolean default false
+)
+returns jsonb
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_differences text[];
+begin
+  perform pgflow._validate_flow_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
+  perform pg_advisory_xact_lock(1, hashtext(lower(ensure_flow_compiled.flow_slug)));
+
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug) then
+    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
+    return jsonb_build_object('status', 'compiled', 'differences', '[]'::jsonb);
+  end if;
+
+  v_differences := pgflow._compare_flow_shapes(
+    ensure_flow_compiled.shape, pgflow._get_flow_shape(ensure_flow_compiled.flow_slug));
+
+  if cardinality(v_differences) = 0 then
+    return jsonb_build_object('status', 'verified', 'differences', '[]'::jsonb);
+  end if;
+
+  if pgflow.is_local() or coalesce(ensure_flow_compiled.allow_data_loss, false) then
+    perform pgflow.delete_flow_and_data(ensure_flow_compiled.flow_slug);
+    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
+    return jsonb_build_object('status', 'recompiled', 'differences', to_jsonb(v_differences));
+  end if;
+
+  return jsonb_build_object('status', 'mismatch', 'differences', to_jsonb(v_differences));
+end;
+$$;
+
+do $grants$
+declare
+  v_grant record;
+begin
+  for v_grant in select g.grantee, g.proname from pg_temp.pgflow_v020_grants as g loop
+    execute format('grant execute on function %s to %I',
+      case v_grant.proname
+        when 'complete_task' then 'pgflow.complete_task(uuid, text, integer, jsonb, integer)'
+        when 'fail_task' then 'pgflow.fail_task(uuid, text, integer, text, integer, boolean)'
+        else 'pgflow.complete_tasks(uuid[], text[], integer[], jsonb[], integer[])'
+      end,
+      v_grant.grantee);
+  end loop;
+end;
+$grants$;
+
+-- Every function pins search_path = pg_catalog, pg_temp. An empty search_path still searches the session's
+-- temporary schema first for type and table names, so a role with the default TEMP privilege could shadow uuid or
+-- jsonb with a domain whose CHECK runs its own code inside a SECURITY DEFINER function, with the owner's rights.
+-- The bundled PGMQ layer (not the extension, which its own upgrades manage) gets the same setting.
+do $search_path$
+declare
+  v_fn record;
+begin
+  for v_fn in
+    select p.oid::regprocedure::text as name
+      from pg_catalog.pg_proc as p
+      join pg_catalog.pg_namespace as n on n.oid = p.pronamespace
+     where (n.nspname = 'pgflow'
+            or (n.nspname = 'pgmq'
+                and pg_catalog.obj_description(n.oid, 'pg_namespace') like 'pgflow-go bundled pgmq-compatible layer%'))
+       and p.prokind in ('f', 'p')
+       and not exists (select 1 from pg_catalog.pg_depend as d
+                        where d.classid = 'pg_catalog.pg_proc'::regclass and d.objid = p.oid and d.deptype = 'e')
+     order by 1
+  loop
+    execute format('alter routine %s set search_path = pg_catalog, pg_temp', v_fn.name);
+  end loop;
+end;
+$search_path$;
