@@ -80,9 +80,9 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 				Secure: r.TLS != nil,
 			})
 			q.Del("token")
-			u := *r.URL
-			u.RawQuery = q.Encode()
-			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+			// The same address without the token, as a path on this site: a request for //evil.example/ must
+			// not redirect to another site.
+			redirect(w, r, r.URL.EscapedPath(), q.Encode())
 			return
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="pgflow dashboard"`)

@@ -37,6 +37,11 @@ type Config struct {
 	// Token, when set, is required on every request: "Authorization: Bearer <token>", or "?token=<token>" once,
 	// which sets a cookie for the rest of the browser session.
 	Token string
+	// AllowedHosts are host names (without a port) that requests may use besides the loopback names when no
+	// Token is set. Without a token, a request whose Host header is neither localhost, a name under .localhost,
+	// a loopback IP address nor one of these is refused with 403, so that a web page cannot read the dashboard
+	// through DNS rebinding. With a Token every host is accepted (the token protects the dashboard).
+	AllowedHosts []string
 	// Logger receives request errors. Default: slog.Default().
 	Logger *slog.Logger
 	// StaleAfter is how long a running worker may go without a heartbeat before it is shown as unresponsive.
@@ -67,6 +72,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	hosts, err := NormalizeAllowedHosts(cfg.AllowedHosts)
+	if err != nil {
+		return nil, err
+	}
+	cfg.AllowedHosts = hosts
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = 30 * time.Second
 	}
@@ -114,7 +124,7 @@ func (s *Server) routes() http.Handler {
 	}
 	mux.Handle("GET /static/", http.StripPrefix("/static/", cacheStatic(http.FileServerFS(static))))
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, "/flows", http.StatusSeeOther)
+		redirect(w, r, "/flows", "")
 	})
 	mux.HandleFunc("GET /flows", s.handleFlows)
 	mux.HandleFunc("GET /flows/{slug}", s.handleFlow)
@@ -124,7 +134,11 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/runs/{id}", s.handleRunAPI)
 	mux.HandleFunc("GET /workers", s.handleWorkers)
 	mux.HandleFunc("GET /events", s.handleEvents)
-	return securityHeaders(readOnly(s.requireToken(mux)))
+	h := readOnly(s.requireToken(sameSiteRedirects(mux)))
+	if s.cfg.Token == "" {
+		h = RequireKnownHost(s.cfg.AllowedHosts, h)
+	}
+	return securityHeaders(h)
 }
 
 // readOnly answers anything but GET and HEAD with 405: the dashboard changes nothing.

@@ -260,7 +260,7 @@ func (s *Server) handleRuns(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, fmt.Sprintf("unknown run status %q (use started, completed or failed)", status), nil)
 		return
 	}
-	pageNo, err := intParam(q, "page", 1, 1, 1<<30)
+	pageNo, err := intParam(q, "page", 1, 1, maxPage)
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, err.Error(), nil)
 		return
@@ -268,6 +268,12 @@ func (s *Server) handleRuns(w http.ResponseWriter, r *http.Request) {
 	size, err := intParam(q, "limit", defaultPageSize, 1, maxPageSize)
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, err.Error(), nil)
+		return
+	}
+	// The database takes the offset as a 32-bit integer: a page beyond that is a bad request, not a 500.
+	if offset := int64(pageNo-1) * int64(size); offset > math.MaxInt32 {
+		s.fail(w, r, http.StatusBadRequest, fmt.Sprintf("page %d with limit %d starts at row %d, beyond the last "+
+			"row the run list can show (%d)", pageNo, size, offset+1, int64(math.MaxInt32)+1), nil)
 		return
 	}
 	runs, total, err := sqlapi.DashRuns(ctx, s.cfg.Pool, sqlapi.RunFilter{
@@ -339,16 +345,28 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// maxPage is the highest page number the run list accepts.
+const maxPage = math.MaxInt32
+
+// intParam reads the numeric query parameter name: def when it is absent, an error naming the parameter and
+// the bad value when it is not a whole number from lo to hi (also when it repeats with different values, or
+// does not fit an int).
 func intParam(q url.Values, name string, def, lo, hi int) (int, error) {
-	raw := q.Get(name)
-	if raw == "" {
+	vals := q[name]
+	if len(vals) == 0 {
 		return def, nil
 	}
-	n, err := strconv.Atoi(raw)
-	if err != nil || n < lo || n > hi {
-		return 0, fmt.Errorf("%s must be a whole number from %d to %d (got %q)", name, lo, hi, raw)
+	raw := vals[0]
+	for _, v := range vals[1:] {
+		if v != raw {
+			return 0, fmt.Errorf("%s is given more than once with different values (%q and %q)", name, raw, v)
+		}
 	}
-	return n, nil
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || n < int64(lo) || n > int64(hi) {
+		return 0, fmt.Errorf("%s must be a whole number from %d to %d (got %s=%q)", name, lo, hi, name, raw)
+	}
+	return int(n), nil
 }
 
 // ---- run ----
@@ -611,9 +629,13 @@ func (s *Server) handleRunJSON(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if p.Kind == "task" {
-			n, err := strconv.Atoi(q.Get("task"))
-			if err != nil || n < 0 {
-				http.Error(w, fmt.Sprintf("part=task needs task=<task index> (got %q)", q.Get("task")), http.StatusBadRequest)
+			if !q.Has("task") {
+				http.Error(w, "part=task needs task=<task index>", http.StatusBadRequest)
+				return
+			}
+			n, err := intParam(q, "task", 0, 0, math.MaxInt32)
+			if err != nil {
+				http.Error(w, "part=task: "+err.Error(), http.StatusBadRequest)
 				return
 			}
 			p.TaskIndex = n
