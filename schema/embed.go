@@ -9,3 +9,5 @@ import "embed"
 //
 //go:embed sql
 var sqlFiles embed.FS
+
+//go:generate go run ./internal/genmigration

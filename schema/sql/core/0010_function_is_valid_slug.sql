@@ -1,7 +1,3 @@
--- pgflow.is_valid_slug(slug) guarantees: true exactly when slug is not NULL, not empty, at most 128 characters,
--- starts with an ASCII letter or underscore, continues with ASCII letters, digits or underscores, and is not the
--- reserved word 'run' (case-sensitive, so 'Run' is valid). Pure function; used by the slug CHECK constraints, so
--- it exists before the tables.
 create or replace function pgflow.is_valid_slug(slug text)
 returns boolean
 language plpgsql
@@ -17,3 +13,10 @@ begin
     and slug <> 'run';
 end;
 $$;
+
+comment on function pgflow.is_valid_slug(slug text) is $doc$
+pgflow.is_valid_slug(slug) guarantees: true exactly when slug is not NULL, not empty, at most 128 characters,
+starts with an ASCII letter or underscore, continues with ASCII letters, digits or underscores, and is not the
+reserved word 'run' (case-sensitive, so 'Run' is valid). Pure function; used by the slug CHECK constraints, so
+it exists before the tables.
+$doc$;

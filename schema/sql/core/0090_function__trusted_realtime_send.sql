@@ -1,10 +1,3 @@
--- pgflow._trusted_realtime_send() guarantees (v0.20.0): returns realtime.send(jsonb, text, text, boolean) when that
--- function exists and can be trusted with the rights of whoever emits events (the pgflow owner inside SECURITY
--- DEFINER functions, a worker role otherwise); NULL otherwise. Trusted means: both the function and schema
--- realtime are owned by a superuser or by the owner of schema pgflow (Supabase: supabase_admin / postgres). A
--- realtime.send that any other role created (a role with CREATE on the database can create schema realtime) is
--- never called: its code would run with pgflow's rights on every state change. When such an untrusted function is
--- found, one LOG line per session says so (server log only; clients do not see it).
 create or replace function pgflow._trusted_realtime_send()
 returns regprocedure
 language plpgsql
@@ -40,3 +33,13 @@ begin
   return null;
 end;
 $$;
+
+comment on function pgflow._trusted_realtime_send() is $doc$
+pgflow._trusted_realtime_send() guarantees (v0.20.0): returns realtime.send(jsonb, text, text, boolean) when that
+function exists and can be trusted with the rights of whoever emits events (the pgflow owner inside SECURITY
+DEFINER functions, a worker role otherwise); NULL otherwise. Trusted means: both the function and schema
+realtime are owned by a superuser or by the owner of schema pgflow (Supabase: supabase_admin / postgres). A
+realtime.send that any other role created (a role with CREATE on the database can create schema realtime) is
+never called: its code would run with pgflow's rights on every state change. When such an untrusted function is
+found, one LOG line per session says so (server log only; clients do not see it).
+$doc$;

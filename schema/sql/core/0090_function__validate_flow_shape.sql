@@ -1,12 +1,3 @@
--- pgflow._validate_flow_shape(p_flow_slug, p_shape) guarantees (v0.20.0): raises 22023 (invalid_parameter_value)
--- with a message naming the flow, the step and the bad value when the shape is not one the Go DSL could produce,
--- and returns normally otherwise; it reads no table and changes nothing. Checked: the shape is a JSON object (not
--- NULL, not a string); "steps" is present and an array; every step is an object whose "slug" is a string, unique
--- within the shape; "dependencies", when present, is an array of strings; "stepType" is 'single' or 'map';
--- "whenUnmet" and "whenExhausted" are 'fail', 'skip' or 'skip-cascade'; "options" (flow and step), when present,
--- is an object whose maxAttempts (1..2147483647), baseDelay (0..), timeout (1..) and startDelay (0..) are whole
--- numbers. Slug syntax, dependency existence, map rules and patterns are left to create_flow and add_step, which
--- check them with their own errors.
 create or replace function pgflow._validate_flow_shape(p_flow_slug text, p_shape jsonb)
 returns void
 language plpgsql
@@ -102,3 +93,15 @@ begin
   end loop;
 end;
 $$;
+
+comment on function pgflow._validate_flow_shape(p_flow_slug text, p_shape jsonb) is $doc$
+pgflow._validate_flow_shape(p_flow_slug, p_shape) guarantees (v0.20.0): raises 22023 (invalid_parameter_value)
+with a message naming the flow, the step and the bad value when the shape is not one the Go DSL could produce,
+and returns normally otherwise; it reads no table and changes nothing. Checked: the shape is a JSON object (not
+NULL, not a string); "steps" is present and an array; every step is an object whose "slug" is a string, unique
+within the shape; "dependencies", when present, is an array of strings; "stepType" is 'single' or 'map';
+"whenUnmet" and "whenExhausted" are 'fail', 'skip' or 'skip-cascade'; "options" (flow and step), when present,
+is an object whose maxAttempts (1..2147483647), baseDelay (0..), timeout (1..) and startDelay (0..) are whole
+numbers. Slug syntax, dependency existence, map rules and patterns are left to create_flow and add_step, which
+check them with their own errors.
+$doc$;

@@ -1,7 +1,3 @@
--- pgflow._archive_task_message(p_run_id, p_step_slug, p_task_index) guarantees: the task's PGMQ message (if it has
--- one and it is still in the queue) is moved to the archive of the queue the task stored (step_tasks.queue_name),
--- with one single-message pgmq.archive call. Unknown tasks and already archived messages are a no-op. Nothing
--- else changes.
 create or replace function pgflow._archive_task_message(p_run_id uuid, p_step_slug text, p_task_index integer)
 returns void
 language plpgsql
@@ -24,3 +20,10 @@ begin
   end if;
 end;
 $$;
+
+comment on function pgflow._archive_task_message(p_run_id uuid, p_step_slug text, p_task_index integer) is $doc$
+pgflow._archive_task_message(p_run_id, p_step_slug, p_task_index) guarantees: the task's PGMQ message (if it has
+one and it is still in the queue) is moved to the archive of the queue the task stored (step_tasks.queue_name),
+with one single-message pgmq.archive call. Unknown tasks and already archived messages are a no-op. Nothing
+else changes.
+$doc$;

@@ -1,14 +1,3 @@
--- pgflow._cascade_force_skip_steps(run_id, step_slug, skip_reason) guarantees:
---   * the step and all its transitive dependents that are still 'created' or 'started' in the run become
---     'skipped' (skipped_at now, remaining_tasks NULL); the trigger step gets skip_reason, every other step
---     'dependency_skipped'; steps already terminal (including an already skipped trigger) are left alone;
---   * step:skipped is emitted per newly skipped step in step_index order (a topological order);
---   * the queued/started messages of the newly skipped steps' tasks are archived from the queues the tasks stored
---     (step_tasks.queue_name), one batch pgmq.archive call per queue; their task rows keep their status (late
---     callbacks are ignored by complete_task/fail_task);
---   * the run's remaining_steps drops by the number newly skipped, which is returned (a second call returns 0).
--- It does not look at the run status and does not decrement remaining_deps (every dependent is skipped anyway).
--- Unknown run: raises 'Run not found: <run_id>'.
 create or replace function pgflow._cascade_force_skip_steps(run_id uuid, step_slug text, skip_reason text)
 returns integer
 language plpgsql
@@ -92,3 +81,17 @@ begin
   return cardinality(v_skipped);
 end;
 $$;
+
+comment on function pgflow._cascade_force_skip_steps(run_id uuid, step_slug text, skip_reason text) is $doc$
+pgflow._cascade_force_skip_steps(run_id, step_slug, skip_reason) guarantees:
+  * the step and all its transitive dependents that are still 'created' or 'started' in the run become
+    'skipped' (skipped_at now, remaining_tasks NULL); the trigger step gets skip_reason, every other step
+    'dependency_skipped'; steps already terminal (including an already skipped trigger) are left alone;
+  * step:skipped is emitted per newly skipped step in step_index order (a topological order);
+  * the queued/started messages of the newly skipped steps' tasks are archived from the queues the tasks stored
+    (step_tasks.queue_name), one batch pgmq.archive call per queue; their task rows keep their status (late
+    callbacks are ignored by complete_task/fail_task);
+  * the run's remaining_steps drops by the number newly skipped, which is returned (a second call returns 0).
+It does not look at the run status and does not decrement remaining_deps (every dependent is skipped anyway).
+Unknown run: raises 'Run not found: <run_id>'.
+$doc$;

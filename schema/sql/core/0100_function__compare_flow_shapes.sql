@@ -1,11 +1,3 @@
--- pgflow._compare_flow_shapes(p_local, p_db) guarantees: the list of structural differences between two flow
--- shapes, '{}' when they match. p_local is called "first", p_db "second". Reported, in this order:
---   * 'Step count differs: <n_local> vs <n_db>' when the step arrays differ in length (missing steps = []);
---   * per index i: a step missing on one side, else differences of slug, type, dependencies (as the sorted list),
---     whenUnmet, whenExhausted, requiredInputPattern and forbiddenInputPattern, one line each.
--- A key missing on either side is not a difference for slug/stepType/whenUnmet/whenExhausted (pgflow compares
--- those with SQL "<>", where NULL never differs); for the two patterns a missing key differs from
--- {"defined": false} and prints as ''. Options are never compared. Read-only.
 create or replace function pgflow._compare_flow_shapes(p_local jsonb, p_db jsonb)
 returns text[]
 language plpgsql
@@ -107,3 +99,14 @@ begin
   return v_differences;
 end;
 $$;
+
+comment on function pgflow._compare_flow_shapes(p_local jsonb, p_db jsonb) is $doc$
+pgflow._compare_flow_shapes(p_local, p_db) guarantees: the list of structural differences between two flow
+shapes, '{}' when they match. p_local is called "first", p_db "second". Reported, in this order:
+  * 'Step count differs: <n_local> vs <n_db>' when the step arrays differ in length (missing steps = []);
+  * per index i: a step missing on one side, else differences of slug, type, dependencies (as the sorted list),
+    whenUnmet, whenExhausted, requiredInputPattern and forbiddenInputPattern, one line each.
+A key missing on either side is not a difference for slug/stepType/whenUnmet/whenExhausted (pgflow compares
+those with SQL "<>", where NULL never differs); for the two patterns a missing key differs from
+{"defined": false} and prints as ''. Options are never compared. Read-only.
+$doc$;

@@ -1,9 +1,3 @@
--- pgflow._create_flow_from_shape(p_flow_slug, p_shape) guarantees: defines the flow described by a shape, using
--- create_flow and add_step (so it has their idempotence and errors): flow options from shape.options
--- (maxAttempts, baseDelay, timeout; absent = create_flow defaults), then every element of shape.steps in array
--- order with its dependencies (absent = none), stepType (absent = 'single'), whenUnmet (absent = 'skip'),
--- whenExhausted (absent = 'fail'), patterns (only when {"defined": true}) and step options (maxAttempts,
--- baseDelay, timeout, startDelay; absent = inherit).
 create or replace function pgflow._create_flow_from_shape(p_flow_slug text, p_shape jsonb)
 returns void
 language plpgsql
@@ -50,3 +44,12 @@ begin
   end loop;
 end;
 $$;
+
+comment on function pgflow._create_flow_from_shape(p_flow_slug text, p_shape jsonb) is $doc$
+pgflow._create_flow_from_shape(p_flow_slug, p_shape) guarantees: defines the flow described by a shape, using
+create_flow and add_step (so it has their idempotence and errors): flow options from shape.options
+(maxAttempts, baseDelay, timeout; absent = create_flow defaults), then every element of shape.steps in array
+order with its dependencies (absent = none), stepType (absent = 'single'), whenUnmet (absent = 'skip'),
+whenExhausted (absent = 'fail'), patterns (only when {"defined": true}) and step options (maxAttempts,
+baseDelay, timeout, startDelay; absent = inherit).
+$doc$;

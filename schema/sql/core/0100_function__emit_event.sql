@@ -1,14 +1,3 @@
--- pgflow._emit_event(payload, event, run_id) guarantees:
---   * the event is published inside the caller's transaction, so listeners see it only if the state change that
---     caused it commits, and in the order the functions emitted it;
---   * pg_notify on the global channel 'pgflow' and on the per-run channel 'pgflow:run:<run_id>' with a small
---     JSON envelope {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"}; the
---     envelope never carries inputs or outputs, so it always stays far below pg_notify's 8000-byte limit
---     (slugs are at most 128 characters: the envelope is under 700 bytes);
---   * when a trusted realtime.send(jsonb, text, text, boolean) exists (Supabase; see pgflow._trusted_realtime_send:
---     one that an unprivileged role planted is never called), the full payload also goes to
---     realtime.send(payload, event, 'pgflow:run:<run_id>', false); it is called through dynamic SQL so the
---     schema does not depend on Supabase.
 create or replace function pgflow._emit_event(payload jsonb, event text, run_id uuid)
 returns void
 language plpgsql
@@ -39,3 +28,17 @@ begin
   end if;
 end;
 $$;
+
+comment on function pgflow._emit_event(payload jsonb, event text, run_id uuid) is $doc$
+pgflow._emit_event(payload, event, run_id) guarantees:
+  * the event is published inside the caller's transaction, so listeners see it only if the state change that
+    caused it commits, and in the order the functions emitted it;
+  * pg_notify on the global channel 'pgflow' and on the per-run channel 'pgflow:run:<run_id>' with a small
+    JSON envelope {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"}; the
+    envelope never carries inputs or outputs, so it always stays far below pg_notify's 8000-byte limit
+    (slugs are at most 128 characters: the envelope is under 700 bytes);
+  * when a trusted realtime.send(jsonb, text, text, boolean) exists (Supabase; see pgflow._trusted_realtime_send:
+    one that an unprivileged role planted is never called), the full payload also goes to
+    realtime.send(payload, event, 'pgflow:run:<run_id>', false); it is called through dynamic SQL so the
+    schema does not depend on Supabase.
+$doc$;

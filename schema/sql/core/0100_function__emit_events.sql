@@ -1,13 +1,3 @@
--- pgflow._emit_events(payloads) guarantees: the same as calling pgflow._emit_event(payload, event, run_id) for
--- every payload, in array order, with event = payload.event_type for run events and
--- 'step:<step_slug>:<what>' for step events (event_type 'step:<what>'), and run_id = payload.run_id:
---   * published inside the caller's transaction (seen by listeners only if it commits), in array order;
---   * per payload, pg_notify on 'pgflow' and on 'pgflow:run:<run_id>' with the same small envelope as
---     _emit_event {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"};
---   * when a trusted realtime.send(jsonb, text, text, boolean) exists (pgflow._trusted_realtime_send), every full payload also goes to
---     realtime.send(payload, event, 'pgflow:run:<run_id>', false), in array order (one dynamic statement);
---   * one statement for all notifications instead of one function call per event; NULL or empty payloads do
---     nothing.
 create or replace function pgflow._emit_events(payloads jsonb[])
 returns void
 language plpgsql
@@ -67,3 +57,16 @@ begin
   end if;
 end;
 $$;
+
+comment on function pgflow._emit_events(payloads jsonb[]) is $doc$
+pgflow._emit_events(payloads) guarantees: the same as calling pgflow._emit_event(payload, event, run_id) for
+every payload, in array order, with event = payload.event_type for run events and
+'step:<step_slug>:<what>' for step events (event_type 'step:<what>'), and run_id = payload.run_id:
+  * published inside the caller's transaction (seen by listeners only if it commits), in array order;
+  * per payload, pg_notify on 'pgflow' and on 'pgflow:run:<run_id>' with the same small envelope as
+    _emit_event {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"};
+  * when a trusted realtime.send(jsonb, text, text, boolean) exists (pgflow._trusted_realtime_send), every full payload also goes to
+    realtime.send(payload, event, 'pgflow:run:<run_id>', false), in array order (one dynamic statement);
+  * one statement for all notifications instead of one function call per event; NULL or empty payloads do
+    nothing.
+$doc$;

@@ -1,8 +1,3 @@
--- pgflow._get_flow_shape(p_flow_slug) guarantees: the structural shape of a stored flow as jsonb
--- {"steps": [...]}, steps in step_index order, each with slug, stepType, dependencies (sorted by code point,
--- [] when none), whenUnmet, whenExhausted, requiredInputPattern and forbiddenInputPattern (each
--- {"defined": false} or {"defined": true, "value": <pattern>}). Options are not part of a shape. An unknown flow
--- gives {"steps": []}. Read-only.
 create or replace function pgflow._get_flow_shape(p_flow_slug text)
 returns jsonb
 language sql
@@ -40,3 +35,11 @@ as $$
   from pgflow.steps as s
   where s.flow_slug = p_flow_slug;
 $$;
+
+comment on function pgflow._get_flow_shape(p_flow_slug text) is $doc$
+pgflow._get_flow_shape(p_flow_slug) guarantees: the structural shape of a stored flow as jsonb
+{"steps": [...]}, steps in step_index order, each with slug, stepType, dependencies (sorted by code point,
+[] when none), whenUnmet, whenExhausted, requiredInputPattern and forbiddenInputPattern (each
+{"defined": false} or {"defined": true, "value": <pattern>}). Options are not part of a shape. An unknown flow
+gives {"steps": []}. Read-only.
+$doc$;

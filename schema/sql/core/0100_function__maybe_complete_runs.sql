@@ -1,9 +1,3 @@
--- pgflow._maybe_complete_runs(run_ids) guarantees: for every run of run_ids exactly what
--- pgflow.maybe_complete_run(run_id) guarantees, done with one UPDATE for all of them: a 'started' run whose
--- remaining_steps is 0 becomes 'completed' (completed_at now) with output = {<leaf step slug>: <stored step
--- output>} over its completed leaf steps (NULL when none completed), and run:completed is emitted for it, runs in
--- run_id order. Runs that are completed, failed, still have steps left, or do not exist are not touched; NULL or
--- empty run_ids do nothing.
 create or replace function pgflow._maybe_complete_runs(run_ids uuid[])
 returns void
 language plpgsql
@@ -46,3 +40,12 @@ begin
   perform pgflow._emit_events(v_events);
 end;
 $$;
+
+comment on function pgflow._maybe_complete_runs(run_ids uuid[]) is $doc$
+pgflow._maybe_complete_runs(run_ids) guarantees: for every run of run_ids exactly what
+pgflow.maybe_complete_run(run_id) guarantees, done with one UPDATE for all of them: a 'started' run whose
+remaining_steps is 0 becomes 'completed' (completed_at now) with output = {<leaf step slug>: <stored step
+output>} over its completed leaf steps (NULL when none completed), and run:completed is emitted for it, runs in
+run_id order. Runs that are completed, failed, still have steps left, or do not exist are not touched; NULL or
+empty run_ids do nothing.
+$doc$;

@@ -1,23 +1,3 @@
--- pgflow._start_ready_steps_batch(run_ids, started_run_ids, started_step_slugs) guarantees: for every run of run_ids
--- exactly what pgflow.start_ready_steps(run_id) guarantees, done set-based:
---   * only runs that are 'started' are touched; NULL or empty run_ids do nothing;
---   * every step state of those runs that is 'created' with remaining_deps 0 and initial_tasks > 0 becomes
---     'started' (started_at now, remaining_tasks = initial_tasks), exactly once even when called concurrently
---     (one UPDATE starts them all);
---   * step:started is emitted per started step, ordered by run_id, then step_index;
---   * one message per task {"flow_slug", "run_id", "step_slug", "task_index"} goes to the step's queue
---     (steps.queue_name), delayed by the step's opt_start_delay seconds (NULL = 0), with one pgmq.send_batch call
---     per (queue, delay) for all the runs together, and one 'queued' step_tasks row per message is written with
---     its message_id and that queue_name (task_index 0 .. initial_tasks-1, paired with the message carrying that
---     index); no queue is created here (no DDL);
---   * after sending undelayed messages to a queue, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers
---     listening for that queue (at commit; folded into one notification per queue and transaction);
---   * steps with initial_tasks NULL or 0 are never started here, and conditions are not evaluated here (as in
---     start_ready_steps);
---   * the step states named by the pairs (started_run_ids[i], started_step_slugs[i]) were made 'started' by the
---     caller in this transaction (in the same row version that made them ready, one row version fewer than
---     'created' -> ready -> 'started'): they get exactly what a step started here gets - its step:started event in
---     the same order, its messages and tasks - and are not updated again. NULL arrays name none.
 create or replace function pgflow._start_ready_steps_batch(
   run_ids            uuid[],
   started_run_ids    uuid[] default null,
@@ -147,3 +127,26 @@ begin
   end loop;
 end;
 $$;
+
+comment on function pgflow._start_ready_steps_batch(run_ids uuid[], started_run_ids uuid[], started_step_slugs text[]) is $doc$
+pgflow._start_ready_steps_batch(run_ids, started_run_ids, started_step_slugs) guarantees: for every run of run_ids
+exactly what pgflow.start_ready_steps(run_id) guarantees, done set-based:
+  * only runs that are 'started' are touched; NULL or empty run_ids do nothing;
+  * every step state of those runs that is 'created' with remaining_deps 0 and initial_tasks > 0 becomes
+    'started' (started_at now, remaining_tasks = initial_tasks), exactly once even when called concurrently
+    (one UPDATE starts them all);
+  * step:started is emitted per started step, ordered by run_id, then step_index;
+  * one message per task {"flow_slug", "run_id", "step_slug", "task_index"} goes to the step's queue
+    (steps.queue_name), delayed by the step's opt_start_delay seconds (NULL = 0), with one pgmq.send_batch call
+    per (queue, delay) for all the runs together, and one 'queued' step_tasks row per message is written with
+    its message_id and that queue_name (task_index 0 .. initial_tasks-1, paired with the message carrying that
+    index); no queue is created here (no DDL);
+  * after sending undelayed messages to a queue, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers
+    listening for that queue (at commit; folded into one notification per queue and transaction);
+  * steps with initial_tasks NULL or 0 are never started here, and conditions are not evaluated here (as in
+    start_ready_steps);
+  * the step states named by the pairs (started_run_ids[i], started_step_slugs[i]) were made 'started' by the
+    caller in this transaction (in the same row version that made them ready, one row version fewer than
+    'created' -> ready -> 'started'): they get exactly what a step started here gets - its step:started event in
+    the same order, its messages and tasks - and are not updated again. NULL arrays name none.
+$doc$;

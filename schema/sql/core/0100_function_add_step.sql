@@ -1,18 +1,3 @@
--- pgflow.add_step(...) guarantees:
---   * definitions of one flow are serialised by a row lock on the flow;
---   * idempotent by (flow_slug, step_slug): the first call inserts the step at the next step_index of the flow
---     (0, 1, 2, ... in call order, a topological order because dependencies must already exist) with its
---     dependency edges; a later call with the same dependency set returns the existing row unchanged (options,
---     type, patterns and modes are NOT updated);
---   * a later call with a different dependency set is rejected and changes nothing: adding edges to an existing
---     step would leave deps_count stale (runs would never start the step) and could create cycles;
---   * duplicate names in deps_slugs count once, so deps_count always equals the number of edges; NULL = '{}';
---   * a new step records its resolved route: queue_name = the flow's default queue,
---     pgflow._default_queue_name(flow_slug) (the queue create_flow created); no queue is created here;
---   * a map step has at most one dependency;
---   * everything else is enforced by the constraints of steps and deps, whose error texts callers match on
---     (steps_flow_slug_fkey, deps_flow_slug_dep_slug_fkey, deps_check, steps_step_slug_check,
---     steps_step_type_check, when_unmet_is_valid, when_exhausted_is_valid, opt_*_is_*, *_input_pattern_is_object).
 create or replace function pgflow.add_step(
   flow_slug               text,
   step_slug               text,
@@ -119,3 +104,21 @@ begin
   return v_step;
 end;
 $$;
+
+comment on function pgflow.add_step(flow_slug text, step_slug text, deps_slugs text[], max_attempts integer, base_delay integer, timeout integer, start_delay integer, step_type text, required_input_pattern jsonb, forbidden_input_pattern jsonb, when_unmet text, when_exhausted text) is $doc$
+pgflow.add_step(...) guarantees:
+  * definitions of one flow are serialised by a row lock on the flow;
+  * idempotent by (flow_slug, step_slug): the first call inserts the step at the next step_index of the flow
+    (0, 1, 2, ... in call order, a topological order because dependencies must already exist) with its
+    dependency edges; a later call with the same dependency set returns the existing row unchanged (options,
+    type, patterns and modes are NOT updated);
+  * a later call with a different dependency set is rejected and changes nothing: adding edges to an existing
+    step would leave deps_count stale (runs would never start the step) and could create cycles;
+  * duplicate names in deps_slugs count once, so deps_count always equals the number of edges; NULL = '{}';
+  * a new step records its resolved route: queue_name = the flow's default queue,
+    pgflow._default_queue_name(flow_slug) (the queue create_flow created); no queue is created here;
+  * a map step has at most one dependency;
+  * everything else is enforced by the constraints of steps and deps, whose error texts callers match on
+    (steps_flow_slug_fkey, deps_flow_slug_dep_slug_fkey, deps_check, steps_step_slug_check,
+    steps_step_type_check, when_unmet_is_valid, when_exhausted_is_valid, opt_*_is_*, *_input_pattern_is_object).
+$doc$;

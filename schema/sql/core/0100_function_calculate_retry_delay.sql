@@ -1,9 +1,3 @@
--- pgflow.calculate_retry_delay(base_delay, attempts_count) guarantees: the exponential backoff in whole seconds,
--- floor(base_delay * 2^attempts_count), capped at 2147483647 (the largest integer, about 68 years) instead of
--- failing with "integer out of range". A base_delay of 0 or less gives 0; NULL arguments give NULL.
--- The exponent is clamped to +-60000 so numeric arithmetic cannot overflow: 2^60000 times the smallest positive
--- numeric is still far above the cap, so positive exponents stay exact; negative exponents (pgflow never passes
--- them, attempts_count is never negative) are exact for every base_delay below 10^16000.
 create or replace function pgflow.calculate_retry_delay(base_delay numeric, attempts_count integer)
 returns integer
 language sql
@@ -20,3 +14,12 @@ as $$
     )::integer
   end;
 $$;
+
+comment on function pgflow.calculate_retry_delay(base_delay numeric, attempts_count integer) is $doc$
+pgflow.calculate_retry_delay(base_delay, attempts_count) guarantees: the exponential backoff in whole seconds,
+floor(base_delay * 2^attempts_count), capped at 2147483647 (the largest integer, about 68 years) instead of
+failing with "integer out of range". A base_delay of 0 or less gives 0; NULL arguments give NULL.
+The exponent is clamped to +-60000 so numeric arithmetic cannot overflow: 2^60000 times the smallest positive
+numeric is still far above the cap, so positive exponents stay exact; negative exponents (pgflow never passes
+them, attempts_count is never negative) are exact for every base_delay below 10^16000.
+$doc$;

@@ -1,17 +1,3 @@
--- pgflow.cascade_complete_taskless_steps(run_id) guarantees:
---   * completes, in waves, every step state of the run that is 'created' with remaining_deps 0 and
---     initial_tasks 0 (a map over an empty array): started_at = completed_at = now(), remaining_tasks 0, output
---     '[]' for maps (NULL for single steps, which are never taskless); step:completed is emitted per step in
---     step_index order within a wave, and waves run in dependency order;
---   * for each completed step its dependents get remaining_deps decremented, and dependent maps get
---     initial_tasks 0 (their input array is empty); the run's remaining_steps drops by the number completed;
---   * before every wave the conditions of ready steps are resolved (pgflow.cascade_resolve_conditions), so a step
---     that becomes ready through this cascade is skipped or fails by its condition exactly like any other step
---     (upstream pgflow skipped that check); if a condition fails the run, the cascade stops;
---   * a run that is not 'started' is left alone; returns the number of steps completed;
---   * at most 50 iterations (each wave and the final empty one count): more raises
---     'Cascade loop exceeded safety limit of 50 iterations (run <run_id>)', which rolls back the caller.
--- The run itself is not completed here; callers call pgflow.maybe_complete_run.
 create or replace function pgflow.cascade_complete_taskless_steps(run_id uuid)
 returns integer
 language plpgsql
@@ -105,3 +91,20 @@ begin
   return v_total;
 end;
 $$;
+
+comment on function pgflow.cascade_complete_taskless_steps(run_id uuid) is $doc$
+pgflow.cascade_complete_taskless_steps(run_id) guarantees:
+  * completes, in waves, every step state of the run that is 'created' with remaining_deps 0 and
+    initial_tasks 0 (a map over an empty array): started_at = completed_at = now(), remaining_tasks 0, output
+    '[]' for maps (NULL for single steps, which are never taskless); step:completed is emitted per step in
+    step_index order within a wave, and waves run in dependency order;
+  * for each completed step its dependents get remaining_deps decremented, and dependent maps get
+    initial_tasks 0 (their input array is empty); the run's remaining_steps drops by the number completed;
+  * before every wave the conditions of ready steps are resolved (pgflow.cascade_resolve_conditions), so a step
+    that becomes ready through this cascade is skipped or fails by its condition exactly like any other step
+    (upstream pgflow skipped that check); if a condition fails the run, the cascade stops;
+  * a run that is not 'started' is left alone; returns the number of steps completed;
+  * at most 50 iterations (each wave and the final empty one count): more raises
+    'Cascade loop exceeded safety limit of 50 iterations (run <run_id>)', which rolls back the caller.
+The run itself is not completed here; callers call pgflow.maybe_complete_run.
+$doc$;

@@ -1,19 +1,3 @@
--- pgflow.cascade_resolve_conditions(run_id) guarantees: the if/ifNot conditions of every step of the run that is
--- 'created' with remaining_deps 0 and has a pattern are evaluated, repeatedly until nothing changes:
---   * condition input: the run input for steps without dependencies, otherwise {<dep_slug>: <output>} over the
---     dependencies that completed (skipped ones are absent); met <=> (required pattern NULL or input @> it) and
---     (forbidden pattern NULL or not input @> it);
---   * when_unmet 'fail': the unmet step with the lowest step_index fails ('Condition not met'), the run fails,
---     step:failed then run:failed are emitted, every queued/started message of the run is archived (from the
---     queues its tasks stored, one batch call per queue), and the function returns false (only that one step is
---     failed);
---   * when_unmet 'skip': the step is skipped (condition_unmet, step:skipped emitted in step_index order), its
---     dependents' remaining_deps drop, map dependents get initial_tasks 0, the run's remaining_steps drops;
---   * when_unmet 'skip-cascade': pgflow._cascade_force_skip_steps(run_id, step, 'condition_unmet'), in step_index
---     order;
---   * returns false when the run is (or becomes) 'failed', true otherwise (also for 'completed' and unknown runs,
---     where nothing is evaluated). More than 50 rounds raise
---     'cascade_resolve_conditions exceeded safety limit of 50 iterations (run <run_id>)'.
 create or replace function pgflow.cascade_resolve_conditions(run_id uuid)
 returns boolean
 language plpgsql
@@ -213,3 +197,22 @@ begin
   return true;
 end;
 $$;
+
+comment on function pgflow.cascade_resolve_conditions(run_id uuid) is $doc$
+pgflow.cascade_resolve_conditions(run_id) guarantees: the if/ifNot conditions of every step of the run that is
+'created' with remaining_deps 0 and has a pattern are evaluated, repeatedly until nothing changes:
+  * condition input: the run input for steps without dependencies, otherwise {<dep_slug>: <output>} over the
+    dependencies that completed (skipped ones are absent); met <=> (required pattern NULL or input @> it) and
+    (forbidden pattern NULL or not input @> it);
+  * when_unmet 'fail': the unmet step with the lowest step_index fails ('Condition not met'), the run fails,
+    step:failed then run:failed are emitted, every queued/started message of the run is archived (from the
+    queues its tasks stored, one batch call per queue), and the function returns false (only that one step is
+    failed);
+  * when_unmet 'skip': the step is skipped (condition_unmet, step:skipped emitted in step_index order), its
+    dependents' remaining_deps drop, map dependents get initial_tasks 0, the run's remaining_steps drops;
+  * when_unmet 'skip-cascade': pgflow._cascade_force_skip_steps(run_id, step, 'condition_unmet'), in step_index
+    order;
+  * returns false when the run is (or becomes) 'failed', true otherwise (also for 'completed' and unknown runs,
+    where nothing is evaluated). More than 50 rounds raise
+    'cascade_resolve_conditions exceeded safety limit of 50 iterations (run <run_id>)'.
+$doc$;

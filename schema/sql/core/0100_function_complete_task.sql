@@ -1,30 +1,3 @@
--- pgflow.complete_task(run_id, step_slug, task_index, output, attempt) guarantees (returns the task row; none if
--- unknown):
---   * attempt fencing (v0.20.0): when attempt is given and the task is not 'started' or its attempts_count is not
---     attempt, the report comes from an attempt that is no longer current: nothing changes at all (no message is
---     touched) and the row is returned as it is, so the caller sees that its result was not recorded. A NULL
---     attempt (pgflow's four-argument call) is not fenced;
---   * rows are locked in the order run, step state, task (the same order as fail_task and requeue_stalled_tasks),
---     so concurrent callbacks of one run are serialised and never deadlock each other;
---   * failed run: nothing changes (its messages were archived when it failed);
---   * step not 'started' (late or replayed callback: completed, skipped, failed): this task's message is archived,
---     nothing else changes;
---   * task not 'started' (queued, completed, failed): nothing changes at all, no message is touched and no type
---     check runs (upstream pgflow failed the run on a bad output even for a never-started task);
---   * type violation: a single step that has a dependent map still waiting for its array ('created',
---     initial_tasks NULL; a map already skipped needs no array) and produced anything but a JSON array (SQL NULL
---     included) fails the run (run:failed), archives every queued/started message of the run, fails the task
---     ('[TYPE_VIOLATION] Produced <type> instead of array', output stored) and the step ('[TYPE_VIOLATION] Map
---     step <child> expects array input but dependency <step> produced <type>', step:failed); when_exhausted does
---     not apply;
---   * otherwise the task is completed with the output exactly as given, the step's remaining_tasks drops; on the
---     last task the step completes with its output (single: the task output; map: the outputs of all its tasks
---     as one array ordered by task_index), its dependents' remaining_deps drop, dependent maps learn their task
---     count, the run's remaining_steps drops, step:completed is emitted, conditions are resolved, taskless steps
---     cascade, ready steps start and the run completes when nothing is left;
---   * the task's message is archived once the task is completed.
--- Every message operation uses the queue the task stored (step_tasks.queue_name): a single pgmq.archive call for
--- this task's message, one batch call per queue when the run's messages are archived.
 create or replace function pgflow.complete_task(
   run_id     uuid,
   step_slug  text,
@@ -271,3 +244,33 @@ begin
   return next v_task;
 end;
 $$;
+
+comment on function pgflow.complete_task(run_id uuid, step_slug text, task_index integer, output jsonb, attempt integer) is $doc$
+pgflow.complete_task(run_id, step_slug, task_index, output, attempt) guarantees (returns the task row; none if
+unknown):
+  * attempt fencing (v0.20.0): when attempt is given and the task is not 'started' or its attempts_count is not
+    attempt, the report comes from an attempt that is no longer current: nothing changes at all (no message is
+    touched) and the row is returned as it is, so the caller sees that its result was not recorded. A NULL
+    attempt (pgflow's four-argument call) is not fenced;
+  * rows are locked in the order run, step state, task (the same order as fail_task and requeue_stalled_tasks),
+    so concurrent callbacks of one run are serialised and never deadlock each other;
+  * failed run: nothing changes (its messages were archived when it failed);
+  * step not 'started' (late or replayed callback: completed, skipped, failed): this task's message is archived,
+    nothing else changes;
+  * task not 'started' (queued, completed, failed): nothing changes at all, no message is touched and no type
+    check runs (upstream pgflow failed the run on a bad output even for a never-started task);
+  * type violation: a single step that has a dependent map still waiting for its array ('created',
+    initial_tasks NULL; a map already skipped needs no array) and produced anything but a JSON array (SQL NULL
+    included) fails the run (run:failed), archives every queued/started message of the run, fails the task
+    ('[TYPE_VIOLATION] Produced <type> instead of array', output stored) and the step ('[TYPE_VIOLATION] Map
+    step <child> expects array input but dependency <step> produced <type>', step:failed); when_exhausted does
+    not apply;
+  * otherwise the task is completed with the output exactly as given, the step's remaining_tasks drops; on the
+    last task the step completes with its output (single: the task output; map: the outputs of all its tasks
+    as one array ordered by task_index), its dependents' remaining_deps drop, dependent maps learn their task
+    count, the run's remaining_steps drops, step:completed is emitted, conditions are resolved, taskless steps
+    cascade, ready steps start and the run completes when nothing is left;
+  * the task's message is archived once the task is completed.
+Every message operation uses the queue the task stored (step_tasks.queue_name): a single pgmq.archive call for
+this task's message, one batch call per queue when the run's messages are archived.
+$doc$;

@@ -1,35 +1,3 @@
--- pgflow.complete_tasks(run_ids, step_slugs, task_indexes, outputs, attempts) completes many tasks in one call (one
--- transaction), element i of the arrays naming one task, its output and (optionally) the attempt that produced it.
--- It guarantees:
---   * attempt fencing (v0.20.0): an element whose attempts[i] is given and is not the task's current attempt, or
---     whose task is not 'started', changes nothing (outcome 'stale' or 'ignored'); the same task named again later
---     in the call changes nothing either (outcome 'duplicate', not a second 'completed'); attempts NULL (or a NULL
---     element) is not fenced;
---   * the outcome is the one of calling pgflow.complete_task(run_ids[i], step_slugs[i], task_indexes[i],
---     outputs[i]) for every i, in the order of (run_id, step_slug, task_index): every guarantee of complete_task
---     holds for every task (one result recorded per task; late, replayed and unknown callbacks, failed runs and
---     type violations behave exactly as there);
---   * rows are locked in the order runs, step states, tasks, each set sorted by key, so concurrent calls (batches
---     or single complete_task calls) never wait on each other in a cycle;
---   * tasks that are plainly completable - run, step state and task 'started', first mention of the task in the
---     call, the flow has no step with a condition pattern, no type violation is possible, and the same holds for
---     every other task of the same run in the call - are completed together: one UPDATE of their tasks, one of
---     their step states (a step whose last task completes becomes 'completed' with its output in the same row
---     version), one of the dependents (remaining_deps, map task counts), one UPDATE of the runs (a run left
---     without steps becomes 'completed' in the same row version), step:completed and run:completed events in one
---     call (per run: its steps in step_index order, then the run), taskless steps cascade, one pgmq.archive call
---     per queue for their messages, ready steps of the runs where a dependent became ready or a cascade ran start
---     through pgflow._start_ready_steps_batch, and runs finished by a cascade complete through
---     pgflow._maybe_complete_runs; every other task goes through pgflow.complete_task itself, afterwards. Events of one run keep their causal order (a dependent's step:started may follow the
---     completion of a sibling completed in the same call);
---   * returns one row per array element: its 1-based position, the task's status afterwards ('completed' when
---     recorded; the status complete_task reports otherwise; NULL when no such task exists) and the outcome:
---     'recorded' (this call recorded the result: the task completed, or failed with a type violation), 'stale',
---     'ignored' (the task, its step or its run is no longer 'started': nothing recorded), 'duplicate' or 'unknown'
---     (no such task);
---   * arrays of different lengths raise an error naming the lengths before anything changes; NULL or empty
---     arrays complete nothing and return nothing. An error in any task rolls the whole call back: callers that
---     must not lose the other results call complete_task per task then.
 create or replace function pgflow.complete_tasks(
   run_ids      uuid[],
   step_slugs   text[],
@@ -383,3 +351,38 @@ begin
      order by x.pos;
 end;
 $$;
+
+comment on function pgflow.complete_tasks(run_ids uuid[], step_slugs text[], task_indexes integer[], outputs jsonb[], attempts integer[]) is $doc$
+pgflow.complete_tasks(run_ids, step_slugs, task_indexes, outputs, attempts) completes many tasks in one call (one
+transaction), element i of the arrays naming one task, its output and (optionally) the attempt that produced it.
+It guarantees:
+  * attempt fencing (v0.20.0): an element whose attempts[i] is given and is not the task's current attempt, or
+    whose task is not 'started', changes nothing (outcome 'stale' or 'ignored'); the same task named again later
+    in the call changes nothing either (outcome 'duplicate', not a second 'completed'); attempts NULL (or a NULL
+    element) is not fenced;
+  * the outcome is the one of calling pgflow.complete_task(run_ids[i], step_slugs[i], task_indexes[i],
+    outputs[i]) for every i, in the order of (run_id, step_slug, task_index): every guarantee of complete_task
+    holds for every task (one result recorded per task; late, replayed and unknown callbacks, failed runs and
+    type violations behave exactly as there);
+  * rows are locked in the order runs, step states, tasks, each set sorted by key, so concurrent calls (batches
+    or single complete_task calls) never wait on each other in a cycle;
+  * tasks that are plainly completable - run, step state and task 'started', first mention of the task in the
+    call, the flow has no step with a condition pattern, no type violation is possible, and the same holds for
+    every other task of the same run in the call - are completed together: one UPDATE of their tasks, one of
+    their step states (a step whose last task completes becomes 'completed' with its output in the same row
+    version), one of the dependents (remaining_deps, map task counts), one UPDATE of the runs (a run left
+    without steps becomes 'completed' in the same row version), step:completed and run:completed events in one
+    call (per run: its steps in step_index order, then the run), taskless steps cascade, one pgmq.archive call
+    per queue for their messages, ready steps of the runs where a dependent became ready or a cascade ran start
+    through pgflow._start_ready_steps_batch, and runs finished by a cascade complete through
+    pgflow._maybe_complete_runs; every other task goes through pgflow.complete_task itself, afterwards. Events of one run keep their causal order (a dependent's step:started may follow the
+    completion of a sibling completed in the same call);
+  * returns one row per array element: its 1-based position, the task's status afterwards ('completed' when
+    recorded; the status complete_task reports otherwise; NULL when no such task exists) and the outcome:
+    'recorded' (this call recorded the result: the task completed, or failed with a type violation), 'stale',
+    'ignored' (the task, its step or its run is no longer 'started': nothing recorded), 'duplicate' or 'unknown'
+    (no such task);
+  * arrays of different lengths raise an error naming the lengths before anything changes; NULL or empty
+    arrays complete nothing and return nothing. An error in any task rolls the whole call back: callers that
+    must not lose the other results call complete_task per task then.
+$doc$;

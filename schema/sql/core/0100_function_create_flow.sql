@@ -1,20 +1,3 @@
--- pgflow.create_flow(flow_slug, max_attempts, base_delay, timeout) guarantees:
---   * idempotent: the first call inserts the flow (NULL options become max_attempts 3, base_delay 5, timeout 60);
---     later calls return the existing row unchanged (options are NOT updated);
---   * the flow's default PGMQ queue, pgflow._default_queue_name(flow_slug) (the lower-case slug), exists
---     afterwards, also for a flow without steps; an existing flow reuses the queue PGMQ lists under any spelling
---     of that name (a mixed-case queue created by v0.16.0 stays as it is) and gets it re-created only when PGMQ
---     lists none;
---   * a new flow is refused, before anything is written, when PGMQ already lists a queue with the same normalized
---     name (pgflow manages its queues exclusively and never adopts a queue it did not create for that flow);
---   * two flows never share a default queue: the unique index flows_default_queue_key rejects a slug that
---     differs only in letter case from an existing flow, atomically (also for concurrent calls);
---   * a valid slug whose queue name would break PGMQ's limit (more than 47 characters) is rejected before anything
---     is written, and the queue name passes PGMQ's public validation (pgmq.validate_queue_name);
---   * calls for one normalized slug are serialised with ensure_flow_compiled and delete_flow_and_data by the
---     transaction-level advisory lock (1, hashtext(lower(flow_slug)));
---   * invalid slugs and options fail on the flows CHECK constraints (slug_is_valid, opt_*). Queues are only
---     created and listed through PGMQ's public functions.
 create or replace function pgflow.create_flow(
   flow_slug    text,
   max_attempts integer default null,
@@ -80,3 +63,23 @@ begin
   return v_flow;
 end;
 $$;
+
+comment on function pgflow.create_flow(flow_slug text, max_attempts integer, base_delay integer, timeout integer) is $doc$
+pgflow.create_flow(flow_slug, max_attempts, base_delay, timeout) guarantees:
+  * idempotent: the first call inserts the flow (NULL options become max_attempts 3, base_delay 5, timeout 60);
+    later calls return the existing row unchanged (options are NOT updated);
+  * the flow's default PGMQ queue, pgflow._default_queue_name(flow_slug) (the lower-case slug), exists
+    afterwards, also for a flow without steps; an existing flow reuses the queue PGMQ lists under any spelling
+    of that name (a mixed-case queue created by v0.16.0 stays as it is) and gets it re-created only when PGMQ
+    lists none;
+  * a new flow is refused, before anything is written, when PGMQ already lists a queue with the same normalized
+    name (pgflow manages its queues exclusively and never adopts a queue it did not create for that flow);
+  * two flows never share a default queue: the unique index flows_default_queue_key rejects a slug that
+    differs only in letter case from an existing flow, atomically (also for concurrent calls);
+  * a valid slug whose queue name would break PGMQ's limit (more than 47 characters) is rejected before anything
+    is written, and the queue name passes PGMQ's public validation (pgmq.validate_queue_name);
+  * calls for one normalized slug are serialised with ensure_flow_compiled and delete_flow_and_data by the
+    transaction-level advisory lock (1, hashtext(lower(flow_slug)));
+  * invalid slugs and options fail on the flows CHECK constraints (slug_is_valid, opt_*). Queues are only
+    created and listed through PGMQ's public functions.
+$doc$;

@@ -1,18 +1,3 @@
--- pgflow.delete_flow_and_data(p_flow_slug) guarantees: removes the flow completely in the caller's transaction:
---   * the flow's queues are its persisted routes (the distinct steps.queue_name of its steps), or its default queue
---     pgflow._default_queue_name(p_flow_slug) when the flow exists but has no steps;
---   * each of those queues is resolved to the spelling PGMQ lists for it (pgmq.list_queues(), compared in lower
---     case, so a mixed-case queue created by v0.16.0 is found); a queue listed under more than one spelling is
---     ambiguous and raises an error naming the flow, the queue and the spellings BEFORE anything is deleted;
---     a queue PGMQ does not list is already gone and is skipped;
---   * then all of the flow's step_tasks, step_states, runs, deps, steps and the flow row are deleted, and every
---     resolved queue is dropped with its archive by pgmq.drop_queue(listed spelling), which also removes that
---     spelling's metadata. Messages are not archived one by one before their queue is dropped;
---   * any failing PGMQ call fails the function, so the caller's transaction rolls back as a whole;
---   * calls for one normalized slug are serialised with create_flow and ensure_flow_compiled by the
---     transaction-level advisory lock (1, hashtext(lower(p_flow_slug)));
---   * destructive and irreversible; meant for development and for recompiling a changed flow. Workers rows are
---     not touched. An unknown flow is not an error and touches no queue.
 create or replace function pgflow.delete_flow_and_data(p_flow_slug text)
 returns void
 language plpgsql
@@ -68,3 +53,21 @@ begin
   end loop;
 end;
 $$;
+
+comment on function pgflow.delete_flow_and_data(p_flow_slug text) is $doc$
+pgflow.delete_flow_and_data(p_flow_slug) guarantees: removes the flow completely in the caller's transaction:
+  * the flow's queues are its persisted routes (the distinct steps.queue_name of its steps), or its default queue
+    pgflow._default_queue_name(p_flow_slug) when the flow exists but has no steps;
+  * each of those queues is resolved to the spelling PGMQ lists for it (pgmq.list_queues(), compared in lower
+    case, so a mixed-case queue created by v0.16.0 is found); a queue listed under more than one spelling is
+    ambiguous and raises an error naming the flow, the queue and the spellings BEFORE anything is deleted;
+    a queue PGMQ does not list is already gone and is skipped;
+  * then all of the flow's step_tasks, step_states, runs, deps, steps and the flow row are deleted, and every
+    resolved queue is dropped with its archive by pgmq.drop_queue(listed spelling), which also removes that
+    spelling's metadata. Messages are not archived one by one before their queue is dropped;
+  * any failing PGMQ call fails the function, so the caller's transaction rolls back as a whole;
+  * calls for one normalized slug are serialised with create_flow and ensure_flow_compiled by the
+    transaction-level advisory lock (1, hashtext(lower(p_flow_slug)));
+  * destructive and irreversible; meant for development and for recompiling a changed flow. Workers rows are
+    not touched. An unknown flow is not an error and touches no queue.
+$doc$;

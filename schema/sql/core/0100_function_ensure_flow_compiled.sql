@@ -1,15 +1,3 @@
--- pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss) guarantees: after it returns, the stored flow has
--- the caller's shape, or nothing was changed and the result says why. Result: {"status": s, "differences": [...]}
---   * 'compiled'   - the flow did not exist and was created from the shape (in any environment);
---   * 'verified'   - the stored shape equals the caller's; nothing changed;
---   * 'recompiled' - shapes differed and pgflow.is_local() or allow_data_loss: the flow and ALL its data (runs,
---                    states, tasks, queue and archive) were deleted and the flow created again from the shape;
---   * 'mismatch'   - shapes differed otherwise; nothing changed.
--- A shape the DSL could not produce (NULL, not an object, duplicate step slugs, maxAttempts 0, ...) is refused by
--- pgflow._validate_flow_shape (22023, naming the bad value) before anything is read or changed (v0.20.0).
--- differences lists _compare_flow_shapes(shape, stored shape) (the caller's shape is "first").
--- Concurrent calls for one normalized slug (and create_flow / delete_flow_and_data for it) are serialised by the
--- transaction-level advisory lock (1, hashtext(lower(flow_slug))), so slugs differing only in letter case share it.
 create or replace function pgflow.ensure_flow_compiled(
   flow_slug       text,
   shape           jsonb,
@@ -47,3 +35,18 @@ begin
   return jsonb_build_object('status', 'mismatch', 'differences', to_jsonb(v_differences));
 end;
 $$;
+
+comment on function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb, allow_data_loss boolean) is $doc$
+pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss) guarantees: after it returns, the stored flow has
+the caller's shape, or nothing was changed and the result says why. Result: {"status": s, "differences": [...]}
+  * 'compiled'   - the flow did not exist and was created from the shape (in any environment);
+  * 'verified'   - the stored shape equals the caller's; nothing changed;
+  * 'recompiled' - shapes differed and pgflow.is_local() or allow_data_loss: the flow and ALL its data (runs,
+                   states, tasks, queue and archive) were deleted and the flow created again from the shape;
+  * 'mismatch'   - shapes differed otherwise; nothing changed.
+A shape the DSL could not produce (NULL, not an object, duplicate step slugs, maxAttempts 0, ...) is refused by
+pgflow._validate_flow_shape (22023, naming the bad value) before anything is read or changed (v0.20.0).
+differences lists _compare_flow_shapes(shape, stored shape) (the caller's shape is "first").
+Concurrent calls for one normalized slug (and create_flow / delete_flow_and_data for it) are serialised by the
+transaction-level advisory lock (1, hashtext(lower(flow_slug))), so slugs differing only in letter case share it.
+$doc$;

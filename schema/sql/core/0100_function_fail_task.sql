@@ -1,29 +1,3 @@
--- pgflow.fail_task(run_id, step_slug, task_index, error_message, attempt, permanent) guarantees (returns the task
--- row; none if unknown):
---   * a NULL error_message is refused (SQLSTATE 22004, naming the task) before anything changes;
---   * attempt fencing (v0.20.0): when attempt is given and the task is not 'started' or its attempts_count is not
---     attempt, the report comes from an attempt that is no longer current: nothing changes at all (no message is
---     touched) and the row is returned as it is. A NULL attempt (pgflow's four-argument call) is not fenced;
---   * permanent => true (the handler said the error will not go away): the task does not retry, whatever attempts
---     are left; it is failed as an exhausted task (below);
---   * rows are locked in the order run, step state, task (as in complete_task and requeue_stalled_tasks);
---   * failed run: a 'started' task becomes 'failed' with the message and its queue message is archived; no retry,
---     no event;
---   * step not 'started' (late or replayed callback): this task's message is archived, nothing else changes (no
---     double decrement, no event);
---   * task not 'started': nothing changes at all, the message keeps its visibility (upstream pgflow pushed it by
---     the retry delay);
---   * attempts left (attempts_count < coalesce(step, flow) opt_max_attempts, and the task was not given up as
---     permanently stalled): the task goes back to 'queued' (started_at NULL, error_message kept) and its message
---     becomes visible after pgflow.calculate_retry_delay(coalesce(step, flow) opt_base_delay, attempts_count)
---     seconds from now; no event;
---   * exhausted: the task becomes 'failed' and its message is archived, then per the step's when_exhausted:
---     'fail' -> step and run fail, step:failed then run:failed, every queued/started message of the run archived;
---     'skip' -> step skipped (handler_failed, error_message kept), sibling messages archived, step:skipped,
---     dependents released (map dependents get 0 tasks), conditions, taskless cascade, ready steps start, the run
---     may complete; 'skip-cascade' -> like 'skip' but every dependent is skipped (dependency_skipped).
--- Every message operation uses the queue the task stored (step_tasks.queue_name): single-message pgmq.archive and
--- pgmq.set_vt calls for this task, one batch pgmq.archive call per queue when several tasks' messages are archived.
 create or replace function pgflow.fail_task(
   run_id        uuid,
   step_slug     text,
@@ -281,3 +255,32 @@ begin
   return next v_task;
 end;
 $$;
+
+comment on function pgflow.fail_task(run_id uuid, step_slug text, task_index integer, error_message text, attempt integer, permanent boolean) is $doc$
+pgflow.fail_task(run_id, step_slug, task_index, error_message, attempt, permanent) guarantees (returns the task
+row; none if unknown):
+  * a NULL error_message is refused (SQLSTATE 22004, naming the task) before anything changes;
+  * attempt fencing (v0.20.0): when attempt is given and the task is not 'started' or its attempts_count is not
+    attempt, the report comes from an attempt that is no longer current: nothing changes at all (no message is
+    touched) and the row is returned as it is. A NULL attempt (pgflow's four-argument call) is not fenced;
+  * permanent => true (the handler said the error will not go away): the task does not retry, whatever attempts
+    are left; it is failed as an exhausted task (below);
+  * rows are locked in the order run, step state, task (as in complete_task and requeue_stalled_tasks);
+  * failed run: a 'started' task becomes 'failed' with the message and its queue message is archived; no retry,
+    no event;
+  * step not 'started' (late or replayed callback): this task's message is archived, nothing else changes (no
+    double decrement, no event);
+  * task not 'started': nothing changes at all, the message keeps its visibility (upstream pgflow pushed it by
+    the retry delay);
+  * attempts left (attempts_count < coalesce(step, flow) opt_max_attempts, and the task was not given up as
+    permanently stalled): the task goes back to 'queued' (started_at NULL, error_message kept) and its message
+    becomes visible after pgflow.calculate_retry_delay(coalesce(step, flow) opt_base_delay, attempts_count)
+    seconds from now; no event;
+  * exhausted: the task becomes 'failed' and its message is archived, then per the step's when_exhausted:
+    'fail' -> step and run fail, step:failed then run:failed, every queued/started message of the run archived;
+    'skip' -> step skipped (handler_failed, error_message kept), sibling messages archived, step:skipped,
+    dependents released (map dependents get 0 tasks), conditions, taskless cascade, ready steps start, the run
+    may complete; 'skip-cascade' -> like 'skip' but every dependent is skipped (dependency_skipped).
+Every message operation uses the queue the task stored (step_tasks.queue_name): single-message pgmq.archive and
+pgmq.set_vt calls for this task, one batch pgmq.archive call per queue when several tasks' messages are archived.
+$doc$;

@@ -1,7 +1,3 @@
--- pgflow.get_run_with_states(run_id) guarantees: one consistent read of a run and all its step states as
--- {"run": <runs row as jsonb>, "steps": [<step_states rows as jsonb>, ...]}, the steps in step_index order
--- ([] when the flow has no steps); keys are the column names. Returns SQL NULL for an unknown run_id.
--- Changes nothing. SECURITY DEFINER so an operator can grant API users this one function instead of the tables.
 create or replace function pgflow.get_run_with_states(run_id uuid)
 returns jsonb
 language sql
@@ -20,3 +16,10 @@ as $$
     from pgflow.runs as r
    where r.run_id = get_run_with_states.run_id;
 $$;
+
+comment on function pgflow.get_run_with_states(run_id uuid) is $doc$
+pgflow.get_run_with_states(run_id) guarantees: one consistent read of a run and all its step states as
+{"run": <runs row as jsonb>, "steps": [<step_states rows as jsonb>, ...]}, the steps in step_index order
+([] when the flow has no steps); keys are the column names. Returns SQL NULL for an unknown run_id.
+Changes nothing. SECURITY DEFINER so an operator can grant API users this one function instead of the tables.
+$doc$;

@@ -1,7 +1,3 @@
--- pgflow.heartbeat_worker(worker_id) guarantees: records that the worker is alive (last_heartbeat_at =
--- clock_timestamp()) and returns true when the worker has been deprecated and should finish its in-flight work and
--- exit, false otherwise. An unregistered worker_id raises (SQLSTATE P0002) naming the id, so the worker can
--- register again instead of heartbeating into nothing.
 create or replace function pgflow.heartbeat_worker(worker_id uuid)
 returns boolean
 language plpgsql
@@ -26,3 +22,10 @@ begin
   return v_deprecated;
 end;
 $$;
+
+comment on function pgflow.heartbeat_worker(worker_id uuid) is $doc$
+pgflow.heartbeat_worker(worker_id) guarantees: records that the worker is alive (last_heartbeat_at =
+clock_timestamp()) and returns true when the worker has been deprecated and should finish its in-flight work and
+exit, false otherwise. An unregistered worker_id raises (SQLSTATE P0002) naming the id, so the worker can
+register again instead of heartbeating into nothing.
+$doc$;

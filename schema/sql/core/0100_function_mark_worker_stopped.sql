@@ -1,7 +1,3 @@
--- pgflow.mark_worker_stopped(worker_id) guarantees: the worker is recorded as gone after a graceful shutdown:
--- stopped_at and last_heartbeat_at become one and the same clock_timestamp(), and deprecated_at is set to it too
--- unless an operator set it earlier (so no keep-alive logic counts the worker as alive). An unknown worker_id
--- changes nothing.
 create or replace function pgflow.mark_worker_stopped(worker_id uuid)
 returns void
 language sql
@@ -15,3 +11,10 @@ as $$
   from (select clock_timestamp() as ts) as c
   where w.worker_id = mark_worker_stopped.worker_id;
 $$;
+
+comment on function pgflow.mark_worker_stopped(worker_id uuid) is $doc$
+pgflow.mark_worker_stopped(worker_id) guarantees: the worker is recorded as gone after a graceful shutdown:
+stopped_at and last_heartbeat_at become one and the same clock_timestamp(), and deprecated_at is set to it too
+unless an operator set it earlier (so no keep-alive logic counts the worker as alive). An unknown worker_id
+changes nothing.
+$doc$;

@@ -1,8 +1,3 @@
--- pgflow.maybe_complete_run(run_id) guarantees: a 'started' run whose remaining_steps is 0 becomes 'completed'
--- (completed_at now) with output = {<leaf step slug>: <stored step output>} over the leaf steps (no dependents)
--- that completed (skipped leaves are absent; NULL when no leaf completed), and run:completed is emitted. Outputs
--- are copied as stored, so 0, false, "" and null stay exactly that. A run that is already completed or failed,
--- or still has steps left, is not touched (upstream only excluded 'completed').
 create or replace function pgflow.maybe_complete_run(run_id uuid)
 returns void
 language plpgsql
@@ -41,3 +36,11 @@ begin
   end if;
 end;
 $$;
+
+comment on function pgflow.maybe_complete_run(run_id uuid) is $doc$
+pgflow.maybe_complete_run(run_id) guarantees: a 'started' run whose remaining_steps is 0 becomes 'completed'
+(completed_at now) with output = {<leaf step slug>: <stored step output>} over the leaf steps (no dependents)
+that completed (skipped leaves are absent; NULL when no leaf completed), and run:completed is emitted. Outputs
+are copied as stored, so 0, false, "" and null stay exactly that. A run that is already completed or failed,
+or still has steps left, is not touched (upstream only excluded 'completed').
+$doc$;

@@ -1,6 +1,3 @@
--- pgflow.poll_for_tasks(...) guarantees: nothing. It is a deprecated stub kept so that very old workers calling it
--- get a NOTICE telling them to upgrade instead of an "undefined function" error; it returns no rows and changes
--- nothing. Current workers read with pgmq.read_with_poll and claim with pgflow.start_tasks.
 create or replace function pgflow.poll_for_tasks(
   queue_name       text,
   vt               integer,
@@ -19,3 +16,9 @@ begin
   return;
 end;
 $$;
+
+comment on function pgflow.poll_for_tasks(queue_name text, vt integer, qty integer, max_poll_seconds integer, poll_interval_ms integer) is $doc$
+pgflow.poll_for_tasks(...) guarantees: nothing. It is a deprecated stub kept so that very old workers calling it
+get a NOTICE telling them to upgrade instead of an "undefined function" error; it returns no rows and changes
+nothing. Current workers read with pgmq.read_with_poll and claim with pgflow.start_tasks.
+$doc$;

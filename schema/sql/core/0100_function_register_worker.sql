@@ -1,8 +1,3 @@
--- pgflow.register_worker(worker_id, queue_name, function_name) guarantees: a workers row for worker_id exists
--- afterwards and describes a live worker: queue_name and function_name as given, started_at and
--- last_heartbeat_at = clock_timestamp(), deprecated_at and stopped_at NULL (registering again starts a new life
--- of the same id). Returns the row. Must run before the worker claims tasks (step_tasks.last_worker_id references
--- it).
 create or replace function pgflow.register_worker(worker_id uuid, queue_name text, function_name text)
 returns pgflow.workers
 language sql
@@ -23,3 +18,11 @@ as $$
     stopped_at = null
   returning w.*;
 $$;
+
+comment on function pgflow.register_worker(worker_id uuid, queue_name text, function_name text) is $doc$
+pgflow.register_worker(worker_id, queue_name, function_name) guarantees: a workers row for worker_id exists
+afterwards and describes a live worker: queue_name and function_name as given, started_at and
+last_heartbeat_at = clock_timestamp(), deprecated_at and stopped_at NULL (registering again starts a new life
+of the same id). Returns the row. Must run before the worker claims tasks (step_tasks.last_worker_id references
+it).
+$doc$;

@@ -1,18 +1,3 @@
--- pgflow.release_tasks(run_ids, step_slugs, task_indexes, attempts) hands tasks back to the queue without spending
--- an attempt (v0.20.0; a worker that shuts down while handlers still run calls it for the tasks it gives up on).
--- Element i of the four arrays names one task and the attempt the caller holds. It guarantees:
---   * a task that is 'started' at exactly attempts[i] goes back to 'queued': attempts_count - 1 (the interrupted
---     attempt is not counted), started_at NULL, last_worker_id kept for the audit trail; its message becomes
---     visible at once in the queue the task stored (one pgflow.set_vt_batch call per queue), so any worker may
---     claim it again;
---   * anything else changes nothing: an unknown task, a task that is not 'started', one whose current attempt is
---     another (the task was recovered and claimed again: that attempt is not the caller's to give back), or the
---     same task named again later in the call;
---   * task rows are locked in key order (FOR UPDATE), so concurrent callbacks for the same task are serialised:
---     of a release and a completion of the same attempt, exactly one takes effect;
---   * returns one row per array element: its 1-based position and whether this call released the task;
---   * arrays of different lengths raise an error naming the four lengths (22023) before anything changes; NULL or
---     empty arrays release nothing and return nothing.
 create or replace function pgflow.release_tasks(
   run_ids      uuid[],
   step_slugs   text[],
@@ -93,3 +78,21 @@ begin
       from generate_series(1, v_n) as p (pos);
 end;
 $$;
+
+comment on function pgflow.release_tasks(run_ids uuid[], step_slugs text[], task_indexes integer[], attempts integer[]) is $doc$
+pgflow.release_tasks(run_ids, step_slugs, task_indexes, attempts) hands tasks back to the queue without spending
+an attempt (v0.20.0; a worker that shuts down while handlers still run calls it for the tasks it gives up on).
+Element i of the four arrays names one task and the attempt the caller holds. It guarantees:
+  * a task that is 'started' at exactly attempts[i] goes back to 'queued': attempts_count - 1 (the interrupted
+    attempt is not counted), started_at NULL, last_worker_id kept for the audit trail; its message becomes
+    visible at once in the queue the task stored (one pgflow.set_vt_batch call per queue), so any worker may
+    claim it again;
+  * anything else changes nothing: an unknown task, a task that is not 'started', one whose current attempt is
+    another (the task was recovered and claimed again: that attempt is not the caller's to give back), or the
+    same task named again later in the call;
+  * task rows are locked in key order (FOR UPDATE), so concurrent callbacks for the same task are serialised:
+    of a release and a completion of the same attempt, exactly one takes effect;
+  * returns one row per array element: its 1-based position and whether this call released the task;
+  * arrays of different lengths raise an error naming the four lengths (22023) before anything changes; NULL or
+    empty arrays release nothing and return nothing.
+$doc$;

@@ -1,18 +1,3 @@
--- pgflow.requeue_stalled_tasks() guarantees (run periodically by one worker per database, under an advisory lock;
--- safe to run concurrently with itself and with callbacks):
---   * a task is stalled when it is 'started', not given up, its run and step are still 'started', and it started
---     more than the effective step timeout (steps.opt_timeout, else flows.opt_timeout) + 30 seconds ago (upstream
---     pgflow used only the flow timeout);
---   * a stalled task requeued fewer than 3 times goes back to 'queued' (started_at and last_worker_id cleared,
---     requeued_count + 1, last_requeued_at now; attempts_count kept) and its message becomes visible at once,
---     in the queue the task stored (step_tasks.queue_name; one set_vt_batch call per queue);
---     rows locked by someone else are skipped (FOR UPDATE SKIP LOCKED) and picked up on a later call;
---   * a stalled task already requeued 3 times is given up: permanently_stalled_at is set and it fails through
---     the ordinary failure path, pgflow.fail_task, as an exhausted task, so its step and run fail, or the step is
---     skipped per when_exhausted (upstream pgflow left such runs 'started' forever);
---   * returns the number of tasks requeued (not counting the ones given up);
---   * any timeout the tables accept works, up to 2147483647 s: the threshold is computed in bigint, so one flow
---     with an absurd timeout cannot make every call fail with "integer out of range" (v0.17.0 did).
 create or replace function pgflow.requeue_stalled_tasks()
 returns integer
 language plpgsql
@@ -108,3 +93,21 @@ begin
   return v_requeued;
 end;
 $$;
+
+comment on function pgflow.requeue_stalled_tasks() is $doc$
+pgflow.requeue_stalled_tasks() guarantees (run periodically by one worker per database, under an advisory lock;
+safe to run concurrently with itself and with callbacks):
+  * a task is stalled when it is 'started', not given up, its run and step are still 'started', and it started
+    more than the effective step timeout (steps.opt_timeout, else flows.opt_timeout) + 30 seconds ago (upstream
+    pgflow used only the flow timeout);
+  * a stalled task requeued fewer than 3 times goes back to 'queued' (started_at and last_worker_id cleared,
+    requeued_count + 1, last_requeued_at now; attempts_count kept) and its message becomes visible at once,
+    in the queue the task stored (step_tasks.queue_name; one set_vt_batch call per queue);
+    rows locked by someone else are skipped (FOR UPDATE SKIP LOCKED) and picked up on a later call;
+  * a stalled task already requeued 3 times is given up: permanently_stalled_at is set and it fails through
+    the ordinary failure path, pgflow.fail_task, as an exhausted task, so its step and run fail, or the step is
+    skipped per when_exhausted (upstream pgflow left such runs 'started' forever);
+  * returns the number of tasks requeued (not counting the ones given up);
+  * any timeout the tables accept works, up to 2147483647 s: the threshold is computed in bigint, so one flow
+    with an absurd timeout cannot make every call fail with "integer out of range" (v0.17.0 did).
+$doc$;

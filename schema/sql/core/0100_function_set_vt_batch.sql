@@ -1,10 +1,3 @@
--- pgflow.set_vt_batch(queue_name, msg_ids, vt_offsets) guarantees: for each pair (msg_ids[i], vt_offsets[i]) the
--- message in queue queue_name becomes invisible until clock_timestamp() + vt_offsets[i] seconds (0 = visible now),
--- in one statement; read_ct is unchanged. Returns the updated messages; ids not in the queue are not returned.
--- NULL or empty arrays change nothing and return no rows. Arrays of different lengths raise
--- 'msg_ids length (<a>) must equal vt_offsets length (<b>)'; an unknown queue raises
--- 'relation "pgmq.q_<name>" does not exist' (42P01). PGMQ has no batch set_vt, so this is one of the two places
--- that update a PGMQ queue table directly (the table name comes from pgmq.format_table_name, which validates it).
 create or replace function pgflow.set_vt_batch(queue_name text, msg_ids bigint[], vt_offsets integer[])
 returns table (
   msg_id      bigint,
@@ -41,3 +34,13 @@ begin
     using set_vt_batch.msg_ids, set_vt_batch.vt_offsets;
 end;
 $$;
+
+comment on function pgflow.set_vt_batch(queue_name text, msg_ids bigint[], vt_offsets integer[]) is $doc$
+pgflow.set_vt_batch(queue_name, msg_ids, vt_offsets) guarantees: for each pair (msg_ids[i], vt_offsets[i]) the
+message in queue queue_name becomes invisible until clock_timestamp() + vt_offsets[i] seconds (0 = visible now),
+in one statement; read_ct is unchanged. Returns the updated messages; ids not in the queue are not returned.
+NULL or empty arrays change nothing and return no rows. Arrays of different lengths raise
+'msg_ids length (<a>) must equal vt_offsets length (<b>)'; an unknown queue raises
+'relation "pgmq.q_<name>" does not exist' (42P01). PGMQ has no batch set_vt, so this is one of the two places
+that update a PGMQ queue table directly (the table name comes from pgmq.format_table_name, which validates it).
+$doc$;

@@ -1,17 +1,3 @@
--- pgflow.start_flow(flow_slug, input, run_id) guarantees:
---   * a flow with root map steps only starts with an array input: SQL NULL raises
---     'Flow <slug> has root map steps but input is NULL', any other JSON type raises
---     'Flow <slug> has root map steps but input is not an array (got <type>)' (P0001), before anything is written;
---   * one run row (run_id = the given one, else random; remaining_steps = number of steps) and one 'created'
---     step state per step (remaining_deps = deps_count; initial_tasks = 1 for single steps, the input array length
---     for root maps, NULL for dependent maps until their parent completes) are written in this transaction;
---   * run:started is emitted, then conditions of ready steps are resolved (a 'fail' condition fails the run and no
---     task is ever created), taskless steps complete, ready steps start (tasks and messages are created) and the
---     run completes if nothing is left (e.g. a flow without steps);
---   * returns the run row as it is at the end ('started', 'completed' or 'failed').
--- A start waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow.
--- Errors: unknown flow -> runs_flow_slug_fkey; an existing run_id -> runs_pkey (a retried start with the same
--- run_id therefore never creates a second run); NULL input without root maps -> not-null violation on runs.input.
 create or replace function pgflow.start_flow(flow_slug text, input jsonb, run_id uuid default null)
 returns setof pgflow.runs
 language plpgsql
@@ -91,3 +77,20 @@ begin
   return query select r.* from pgflow.runs as r where r.run_id = v_run_id;
 end;
 $$;
+
+comment on function pgflow.start_flow(flow_slug text, input jsonb, run_id uuid) is $doc$
+pgflow.start_flow(flow_slug, input, run_id) guarantees:
+  * a flow with root map steps only starts with an array input: SQL NULL raises
+    'Flow <slug> has root map steps but input is NULL', any other JSON type raises
+    'Flow <slug> has root map steps but input is not an array (got <type>)' (P0001), before anything is written;
+  * one run row (run_id = the given one, else random; remaining_steps = number of steps) and one 'created'
+    step state per step (remaining_deps = deps_count; initial_tasks = 1 for single steps, the input array length
+    for root maps, NULL for dependent maps until their parent completes) are written in this transaction;
+  * run:started is emitted, then conditions of ready steps are resolved (a 'fail' condition fails the run and no
+    task is ever created), taskless steps complete, ready steps start (tasks and messages are created) and the
+    run completes if nothing is left (e.g. a flow without steps);
+  * returns the run row as it is at the end ('started', 'completed' or 'failed').
+A start waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow.
+Errors: unknown flow -> runs_flow_slug_fkey; an existing run_id -> runs_pkey (a retried start with the same
+run_id therefore never creates a second run); NULL input without root maps -> not-null violation on runs.input.
+$doc$;

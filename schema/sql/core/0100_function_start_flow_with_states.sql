@@ -1,7 +1,3 @@
--- pgflow.start_flow_with_states(flow_slug, input, run_id) guarantees: exactly pgflow.start_flow (same checks,
--- same errors, same effects), then returns pgflow.get_run_with_states of the new run, i.e.
--- {"run": <run row>, "steps": [<step state rows>]} as it is at the end of the start. SECURITY DEFINER so an
--- operator can grant API users this one function instead of the tables.
 create or replace function pgflow.start_flow_with_states(flow_slug text, input jsonb, run_id uuid default null)
 returns jsonb
 language plpgsql
@@ -21,3 +17,10 @@ begin
   return pgflow.get_run_with_states(v_run_id);
 end;
 $$;
+
+comment on function pgflow.start_flow_with_states(flow_slug text, input jsonb, run_id uuid) is $doc$
+pgflow.start_flow_with_states(flow_slug, input, run_id) guarantees: exactly pgflow.start_flow (same checks,
+same errors, same effects), then returns pgflow.get_run_with_states of the new run, i.e.
+{"run": <run row>, "steps": [<step state rows>]} as it is at the end of the start. SECURITY DEFINER so an
+operator can grant API users this one function instead of the tables.
+$doc$;

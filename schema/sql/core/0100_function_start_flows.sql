@@ -1,23 +1,3 @@
--- pgflow.start_flows(flow_slug, inputs, run_ids) starts one run per element of inputs in one call (one
--- transaction). It guarantees:
---   * for every input exactly what pgflow.start_flow(flow_slug, inputs[i], run_ids[i]) guarantees: the run row
---     (run_id = run_ids[i] when given, else random; remaining_steps = number of steps) and one 'created' step
---     state per step, run:started, conditions resolved (flows with condition patterns resolve them run by run,
---     with the same functions start_flow calls), taskless steps completed, ready steps started with tasks and
---     messages, and the run completed when nothing is left;
---   * set-based work: one INSERT for all runs, one for all step states, and the ready steps of all runs start
---     through pgflow._start_ready_steps_batch (one pgmq.send_batch per queue and delay), finished runs complete
---     through pgflow._maybe_complete_runs; events of one run keep start_flow's order;
---   * a flow with root map steps needs an array input for every run: SQL NULL raises
---     'Flow <slug> has root map steps but input <n> is NULL', any other JSON type raises
---     'Flow <slug> has root map steps but input <n> is not an array (got <type>)' (P0001, n counting from 1),
---     before anything is written;
---   * run_ids, when not NULL, must have one element per input (NULL elements mean random ids), else an error
---     names both lengths; an existing or repeated run id fails the whole call (runs_pkey), an unknown flow fails
---     it with runs_flow_slug_fkey, a NULL input of a flow without root maps with the not-null violation on
---     runs.input - the call is atomic: all runs start or none;
---   * waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow;
---   * returns the run rows as they are at the end, in the order of inputs; NULL or empty inputs start nothing.
 create or replace function pgflow.start_flows(flow_slug text, inputs jsonb[], run_ids uuid[] default null)
 returns setof pgflow.runs
 language plpgsql
@@ -157,3 +137,26 @@ begin
      order by x.pos;
 end;
 $$;
+
+comment on function pgflow.start_flows(flow_slug text, inputs jsonb[], run_ids uuid[]) is $doc$
+pgflow.start_flows(flow_slug, inputs, run_ids) starts one run per element of inputs in one call (one
+transaction). It guarantees:
+  * for every input exactly what pgflow.start_flow(flow_slug, inputs[i], run_ids[i]) guarantees: the run row
+    (run_id = run_ids[i] when given, else random; remaining_steps = number of steps) and one 'created' step
+    state per step, run:started, conditions resolved (flows with condition patterns resolve them run by run,
+    with the same functions start_flow calls), taskless steps completed, ready steps started with tasks and
+    messages, and the run completed when nothing is left;
+  * set-based work: one INSERT for all runs, one for all step states, and the ready steps of all runs start
+    through pgflow._start_ready_steps_batch (one pgmq.send_batch per queue and delay), finished runs complete
+    through pgflow._maybe_complete_runs; events of one run keep start_flow's order;
+  * a flow with root map steps needs an array input for every run: SQL NULL raises
+    'Flow <slug> has root map steps but input <n> is NULL', any other JSON type raises
+    'Flow <slug> has root map steps but input <n> is not an array (got <type>)' (P0001, n counting from 1),
+    before anything is written;
+  * run_ids, when not NULL, must have one element per input (NULL elements mean random ids), else an error
+    names both lengths; an existing or repeated run id fails the whole call (runs_pkey), an unknown flow fails
+    it with runs_flow_slug_fkey, a NULL input of a flow without root maps with the not-null violation on
+    runs.input - the call is atomic: all runs start or none;
+  * waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow;
+  * returns the run rows as they are at the end, in the order of inputs; NULL or empty inputs start nothing.
+$doc$;

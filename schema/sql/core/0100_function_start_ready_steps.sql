@@ -1,17 +1,3 @@
--- pgflow.start_ready_steps(run_id) guarantees:
---   * nothing happens unless the run is 'started';
---   * every step state of the run that is 'created' with remaining_deps 0 and initial_tasks > 0 becomes 'started'
---     (started_at now, remaining_tasks = initial_tasks), exactly once even when called concurrently;
---   * per started step, in step_index order: step:started is emitted, one message per task
---     {"flow_slug", "run_id", "step_slug", "task_index"} is sent with one pgmq.send_batch call to the step's queue
---     (steps.queue_name), delayed by the step's opt_start_delay seconds (NULL = 0), and one 'queued' step_tasks
---     row per message is written with its message_id and that same queue_name (task_index 0 .. initial_tasks-1,
---     paired with the message carrying that index); no queue is created here (no DDL);
---   * after sending undelayed messages, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers listening for
---     that queue (since v0.18.0);
---   * steps with initial_tasks NULL (dependent maps whose parent has not completed) or 0 (taskless, completed by
---     cascade_complete_taskless_steps) are never started here. Conditions are not evaluated here: callers resolve
---     them first (cascade_resolve_conditions / cascade_complete_taskless_steps).
 create or replace function pgflow.start_ready_steps(run_id uuid)
 returns void
 language plpgsql
@@ -85,3 +71,20 @@ begin
   end loop;
 end;
 $$;
+
+comment on function pgflow.start_ready_steps(run_id uuid) is $doc$
+pgflow.start_ready_steps(run_id) guarantees:
+  * nothing happens unless the run is 'started';
+  * every step state of the run that is 'created' with remaining_deps 0 and initial_tasks > 0 becomes 'started'
+    (started_at now, remaining_tasks = initial_tasks), exactly once even when called concurrently;
+  * per started step, in step_index order: step:started is emitted, one message per task
+    {"flow_slug", "run_id", "step_slug", "task_index"} is sent with one pgmq.send_batch call to the step's queue
+    (steps.queue_name), delayed by the step's opt_start_delay seconds (NULL = 0), and one 'queued' step_tasks
+    row per message is written with its message_id and that same queue_name (task_index 0 .. initial_tasks-1,
+    paired with the message carrying that index); no queue is created here (no DDL);
+  * after sending undelayed messages, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers listening for
+    that queue (since v0.18.0);
+  * steps with initial_tasks NULL (dependent maps whose parent has not completed) or 0 (taskless, completed by
+    cascade_complete_taskless_steps) are never started here. Conditions are not evaluated here: callers resolve
+    them first (cascade_resolve_conditions / cascade_complete_taskless_steps).
+$doc$;

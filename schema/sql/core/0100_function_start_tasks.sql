@@ -1,29 +1,3 @@
--- pgflow.start_tasks(flow_slug, msg_ids, worker_id, queue_name) guarantees (phase 2 of polling, after pgmq.read*):
---   * queue_name is the queue the worker actually read msg_ids from; NULL (a v0.16.0 worker calling with three
---     arguments) means the flow's default queue, pgflow._default_queue_name(flow_slug). It is compared in lower
---     case, the canonical form tasks store;
---   * claims exactly the tasks whose stored identity (step_tasks.queue_name, message_id) is (that queue, one of
---     msg_ids), that belong to flow_slug, are 'queued', and whose run and step are 'started'; each claimed task
---     becomes 'started' (attempts_count + 1, started_at now, last_worker_id = worker_id, which must be a row of
---     pgflow.workers). The message body is never read: it does not authorise a claim;
---   * everything else named in msg_ids is left untouched - a task that is already started (not claimed again, no
---     attempt consumed), terminal or otherwise ineligible, a task of another flow, or an id no task has in that
---     queue: no row changes, no message is archived, deleted or made visible earlier or later;
---   * a task is claimed at most once: rows are locked with FOR UPDATE SKIP LOCKED and re-checked, so of two
---     concurrent calls naming the same ids each task goes to one caller only, and only rows this call actually
---     claimed are returned. No PGMQ row is locked;
---   * every claimed message's visibility is set to the effective step timeout (steps.opt_timeout, else
---     flows.opt_timeout) + 2 seconds from now, at most 2147483647 s (a timeout near the integer limit cannot make
---     the claim fail with "integer out of range", as in v0.17.0), in the queue the task stored (one set_vt_batch
---     call per queue);
---   * returns one step_task_record per claimed task, ordered by msg_id: input = the element task_index of the run
---     input (root map), of the dependency's stored output (dependent map), or {<dep_slug>: <output>} over the
---     completed dependencies ({} for root steps); flow_input = the run input for single steps without
---     dependencies, NULL otherwise;
---   * the cost of a claim grows with the number of msg_ids only, never with the number of queued tasks, whatever the
---     planner's statistics say: each id is looked up by the unique key (queue_name, message_id) and each row is then
---     locked and updated by its physical address (since v0.19.0; stale statistics made v0.18.0 quadratic);
---   * NULL or empty msg_ids claim nothing and return nothing.
 create or replace function pgflow.start_tasks(
   flow_slug  text,
   msg_ids    bigint[],
@@ -139,3 +113,32 @@ begin
      order by t.message_id;
 end;
 $$;
+
+comment on function pgflow.start_tasks(flow_slug text, msg_ids bigint[], worker_id uuid, queue_name text) is $doc$
+pgflow.start_tasks(flow_slug, msg_ids, worker_id, queue_name) guarantees (phase 2 of polling, after pgmq.read*):
+  * queue_name is the queue the worker actually read msg_ids from; NULL (a v0.16.0 worker calling with three
+    arguments) means the flow's default queue, pgflow._default_queue_name(flow_slug). It is compared in lower
+    case, the canonical form tasks store;
+  * claims exactly the tasks whose stored identity (step_tasks.queue_name, message_id) is (that queue, one of
+    msg_ids), that belong to flow_slug, are 'queued', and whose run and step are 'started'; each claimed task
+    becomes 'started' (attempts_count + 1, started_at now, last_worker_id = worker_id, which must be a row of
+    pgflow.workers). The message body is never read: it does not authorise a claim;
+  * everything else named in msg_ids is left untouched - a task that is already started (not claimed again, no
+    attempt consumed), terminal or otherwise ineligible, a task of another flow, or an id no task has in that
+    queue: no row changes, no message is archived, deleted or made visible earlier or later;
+  * a task is claimed at most once: rows are locked with FOR UPDATE SKIP LOCKED and re-checked, so of two
+    concurrent calls naming the same ids each task goes to one caller only, and only rows this call actually
+    claimed are returned. No PGMQ row is locked;
+  * every claimed message's visibility is set to the effective step timeout (steps.opt_timeout, else
+    flows.opt_timeout) + 2 seconds from now, at most 2147483647 s (a timeout near the integer limit cannot make
+    the claim fail with "integer out of range", as in v0.17.0), in the queue the task stored (one set_vt_batch
+    call per queue);
+  * returns one step_task_record per claimed task, ordered by msg_id: input = the element task_index of the run
+    input (root map), of the dependency's stored output (dependent map), or {<dep_slug>: <output>} over the
+    completed dependencies ({} for root steps); flow_input = the run input for single steps without
+    dependencies, NULL otherwise;
+  * the cost of a claim grows with the number of msg_ids only, never with the number of queued tasks, whatever the
+    planner's statistics say: each id is looked up by the unique key (queue_name, message_id) and each row is then
+    locked and updated by its physical address (since v0.19.0; stale statistics made v0.18.0 quadratic);
+  * NULL or empty msg_ids claim nothing and return nothing.
+$doc$;

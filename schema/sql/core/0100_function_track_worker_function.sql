@@ -1,6 +1,3 @@
--- pgflow.track_worker_function(function_name) guarantees: a worker_functions row for function_name exists
--- afterwards; a new row gets the table defaults, an existing one only has updated_at refreshed to
--- clock_timestamp() (enabled, debounce and last_invoked_at are left alone).
 create or replace function pgflow.track_worker_function(function_name text)
 returns void
 language sql
@@ -11,3 +8,9 @@ as $$
   values (track_worker_function.function_name, clock_timestamp())
   on conflict on constraint worker_functions_pkey do update set updated_at = clock_timestamp();
 $$;
+
+comment on function pgflow.track_worker_function(function_name text) is $doc$
+pgflow.track_worker_function(function_name) guarantees: a worker_functions row for function_name exists
+afterwards; a new row gets the table defaults, an existing one only has updated_at refreshed to
+clock_timestamp() (enabled, debounce and last_invoked_at are left alone).
+$doc$;

@@ -19,13 +19,28 @@ drop function pgflow.complete_task(uuid, text, integer, jsonb);
 drop function pgflow.fail_task(uuid, text, integer, text);
 drop function pgflow.complete_tasks(uuid[], text[], integer[], jsonb[]);
 
--- pgflow._trusted_realtime_send() guarantees (v0.20.0): returns realtime.send(jsonb, text, text, boolean) when that
--- function exists and can be trusted with the rights of whoever emits events (the pgflow owner inside SECURITY
--- DEFINER functions, a worker role otherwise); NULL otherwise. Trusted means: both the function and schema
--- realtime are owned by a superuser or by the owner of schema pgflow (Supabase: supabase_admin / postgres). A
--- realtime.send that any other role created (a role with CREATE on the database can create schema realtime) is
--- never called: its code would run with pgflow's rights on every state change. When such an untrusted function is
--- found, one LOG line per session says so (server log only; clients do not see it).
+-- New and changed functions, generated from sql/core (`go generate ./schema`).
+
+-- generated from sql/core: 0010_function_schema_version.sql
+create or replace function pgflow.schema_version()
+returns text
+language sql
+immutable
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+  select '0.20.0'::text
+$$;
+
+comment on function pgflow.schema_version() is $doc$
+pgflow.schema_version() guarantees (since v0.20.0): returns the version of the pgflow-go schema installed in this
+database, e.g. '0.20.0' - the version of the newest migration applied (each migration redefines it). Clients and
+workers check it once at startup and refuse to run against an older schema ("run `pgflow migrate up`"); a
+database without this function is older than v0.20.0.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0090_function__trusted_realtime_send.sql
 create or replace function pgflow._trusted_realtime_send()
 returns regprocedure
 language plpgsql
@@ -62,15 +77,18 @@ begin
 end;
 $$;
 
--- pgflow._validate_flow_shape(p_flow_slug, p_shape) guarantees (v0.20.0): raises 22023 (invalid_parameter_value)
--- with a message naming the flow, the step and the bad value when the shape is not one the Go DSL could produce,
--- and returns normally otherwise; it reads no table and changes nothing. Checked: the shape is a JSON object (not
--- NULL, not a string); "steps" is present and an array; every step is an object whose "slug" is a string, unique
--- within the shape; "dependencies", when present, is an array of strings; "stepType" is 'single' or 'map';
--- "whenUnmet" and "whenExhausted" are 'fail', 'skip' or 'skip-cascade'; "options" (flow and step), when present,
--- is an object whose maxAttempts (1..2147483647), baseDelay (0..), timeout (1..) and startDelay (0..) are whole
--- numbers. Slug syntax, dependency existence, map rules and patterns are left to create_flow and add_step, which
--- check them with their own errors.
+comment on function pgflow._trusted_realtime_send() is $doc$
+pgflow._trusted_realtime_send() guarantees (v0.20.0): returns realtime.send(jsonb, text, text, boolean) when that
+function exists and can be trusted with the rights of whoever emits events (the pgflow owner inside SECURITY
+DEFINER functions, a worker role otherwise); NULL otherwise. Trusted means: both the function and schema
+realtime are owned by a superuser or by the owner of schema pgflow (Supabase: supabase_admin / postgres). A
+realtime.send that any other role created (a role with CREATE on the database can create schema realtime) is
+never called: its code would run with pgflow's rights on every state change. When such an untrusted function is
+found, one LOG line per session says so (server log only; clients do not see it).
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0090_function__validate_flow_shape.sql
 create or replace function pgflow._validate_flow_shape(p_flow_slug text, p_shape jsonb)
 returns void
 language plpgsql
@@ -167,17 +185,20 @@ begin
 end;
 $$;
 
--- pgflow._emit_event(payload, event, run_id) guarantees:
---   * the event is published inside the caller's transaction, so listeners see it only if the state change that
---     caused it commits, and in the order the functions emitted it;
---   * pg_notify on the global channel 'pgflow' and on the per-run channel 'pgflow:run:<run_id>' with a small
---     JSON envelope {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"}; the
---     envelope never carries inputs or outputs, so it always stays far below pg_notify's 8000-byte limit
---     (slugs are at most 128 characters: the envelope is under 700 bytes);
---   * when a trusted realtime.send(jsonb, text, text, boolean) exists (Supabase; see pgflow._trusted_realtime_send:
---     one that an unprivileged role planted is never called), the full payload also goes to
---     realtime.send(payload, event, 'pgflow:run:<run_id>', false); it is called through dynamic SQL so the
---     schema does not depend on Supabase.
+comment on function pgflow._validate_flow_shape(p_flow_slug text, p_shape jsonb) is $doc$
+pgflow._validate_flow_shape(p_flow_slug, p_shape) guarantees (v0.20.0): raises 22023 (invalid_parameter_value)
+with a message naming the flow, the step and the bad value when the shape is not one the Go DSL could produce,
+and returns normally otherwise; it reads no table and changes nothing. Checked: the shape is a JSON object (not
+NULL, not a string); "steps" is present and an array; every step is an object whose "slug" is a string, unique
+within the shape; "dependencies", when present, is an array of strings; "stepType" is 'single' or 'map';
+"whenUnmet" and "whenExhausted" are 'fail', 'skip' or 'skip-cascade'; "options" (flow and step), when present,
+is an object whose maxAttempts (1..2147483647), baseDelay (0..), timeout (1..) and startDelay (0..) are whole
+numbers. Slug syntax, dependency existence, map rules and patterns are left to create_flow and add_step, which
+check them with their own errors.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function__emit_event.sql
 create or replace function pgflow._emit_event(payload jsonb, event text, run_id uuid)
 returns void
 language plpgsql
@@ -209,16 +230,22 @@ begin
 end;
 $$;
 
--- pgflow._emit_events(payloads) guarantees: the same as calling pgflow._emit_event(payload, event, run_id) for
--- every payload, in array order, with event = payload.event_type for run events and
--- 'step:<step_slug>:<what>' for step events (event_type 'step:<what>'), and run_id = payload.run_id:
---   * published inside the caller's transaction (seen by listeners only if it commits), in array order;
---   * per payload, pg_notify on 'pgflow' and on 'pgflow:run:<run_id>' with the same small envelope as
---     _emit_event {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"};
---   * when a trusted realtime.send(jsonb, text, text, boolean) exists (pgflow._trusted_realtime_send), every full payload also goes to
---     realtime.send(payload, event, 'pgflow:run:<run_id>', false), in array order (one dynamic statement);
---   * one statement for all notifications instead of one function call per event; NULL or empty payloads do
---     nothing.
+comment on function pgflow._emit_event(payload jsonb, event text, run_id uuid) is $doc$
+pgflow._emit_event(payload, event, run_id) guarantees:
+  * the event is published inside the caller's transaction, so listeners see it only if the state change that
+    caused it commits, and in the order the functions emitted it;
+  * pg_notify on the global channel 'pgflow' and on the per-run channel 'pgflow:run:<run_id>' with a small
+    JSON envelope {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"}; the
+    envelope never carries inputs or outputs, so it always stays far below pg_notify's 8000-byte limit
+    (slugs are at most 128 characters: the envelope is under 700 bytes);
+  * when a trusted realtime.send(jsonb, text, text, boolean) exists (Supabase; see pgflow._trusted_realtime_send:
+    one that an unprivileged role planted is never called), the full payload also goes to
+    realtime.send(payload, event, 'pgflow:run:<run_id>', false); it is called through dynamic SQL so the
+    schema does not depend on Supabase.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function__emit_events.sql
 create or replace function pgflow._emit_events(payloads jsonb[])
 returns void
 language plpgsql
@@ -279,33 +306,21 @@ begin
 end;
 $$;
 
--- pgflow.complete_task(run_id, step_slug, task_index, output, attempt) guarantees (returns the task row; none if
--- unknown):
---   * attempt fencing (v0.20.0): when attempt is given and the task is not 'started' or its attempts_count is not
---     attempt, the report comes from an attempt that is no longer current: nothing changes at all (no message is
---     touched) and the row is returned as it is, so the caller sees that its result was not recorded. A NULL
---     attempt (pgflow's four-argument call) is not fenced;
---   * rows are locked in the order run, step state, task (the same order as fail_task and requeue_stalled_tasks),
---     so concurrent callbacks of one run are serialised and never deadlock each other;
---   * failed run: nothing changes (its messages were archived when it failed);
---   * step not 'started' (late or replayed callback: completed, skipped, failed): this task's message is archived,
---     nothing else changes;
---   * task not 'started' (queued, completed, failed): nothing changes at all, no message is touched and no type
---     check runs (upstream pgflow failed the run on a bad output even for a never-started task);
---   * type violation: a single step that has a dependent map still waiting for its array ('created',
---     initial_tasks NULL; a map already skipped needs no array) and produced anything but a JSON array (SQL NULL
---     included) fails the run (run:failed), archives every queued/started message of the run, fails the task
---     ('[TYPE_VIOLATION] Produced <type> instead of array', output stored) and the step ('[TYPE_VIOLATION] Map
---     step <child> expects array input but dependency <step> produced <type>', step:failed); when_exhausted does
---     not apply;
---   * otherwise the task is completed with the output exactly as given, the step's remaining_tasks drops; on the
---     last task the step completes with its output (single: the task output; map: the outputs of all its tasks
---     as one array ordered by task_index), its dependents' remaining_deps drop, dependent maps learn their task
---     count, the run's remaining_steps drops, step:completed is emitted, conditions are resolved, taskless steps
---     cascade, ready steps start and the run completes when nothing is left;
---   * the task's message is archived once the task is completed.
--- Every message operation uses the queue the task stored (step_tasks.queue_name): a single pgmq.archive call for
--- this task's message, one batch call per queue when the run's messages are archived.
+comment on function pgflow._emit_events(payloads jsonb[]) is $doc$
+pgflow._emit_events(payloads) guarantees: the same as calling pgflow._emit_event(payload, event, run_id) for
+every payload, in array order, with event = payload.event_type for run events and
+'step:<step_slug>:<what>' for step events (event_type 'step:<what>'), and run_id = payload.run_id:
+  * published inside the caller's transaction (seen by listeners only if it commits), in array order;
+  * per payload, pg_notify on 'pgflow' and on 'pgflow:run:<run_id>' with the same small envelope as
+    _emit_event {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"};
+  * when a trusted realtime.send(jsonb, text, text, boolean) exists (pgflow._trusted_realtime_send), every full payload also goes to
+    realtime.send(payload, event, 'pgflow:run:<run_id>', false), in array order (one dynamic statement);
+  * one statement for all notifications instead of one function call per event; NULL or empty payloads do
+    nothing.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_complete_task.sql
 create or replace function pgflow.complete_task(
   run_id     uuid,
   step_slug  text,
@@ -553,322 +568,38 @@ begin
 end;
 $$;
 
--- pgflow.fail_task(run_id, step_slug, task_index, error_message, attempt, permanent) guarantees (returns the task
--- row; none if unknown):
---   * a NULL error_message is refused (SQLSTATE 22004, naming the task) before anything changes;
---   * attempt fencing (v0.20.0): when attempt is given and the task is not 'started' or its attempts_count is not
---     attempt, the report comes from an attempt that is no longer current: nothing changes at all (no message is
---     touched) and the row is returned as it is. A NULL attempt (pgflow's four-argument call) is not fenced;
---   * permanent => true (the handler said the error will not go away): the task does not retry, whatever attempts
---     are left; it is failed as an exhausted task (below);
---   * rows are locked in the order run, step state, task (as in complete_task and requeue_stalled_tasks);
---   * failed run: a 'started' task becomes 'failed' with the message and its queue message is archived; no retry,
---     no event;
---   * step not 'started' (late or replayed callback): this task's message is archived, nothing else changes (no
---     double decrement, no event);
---   * task not 'started': nothing changes at all, the message keeps its visibility (upstream pgflow pushed it by
---     the retry delay);
---   * attempts left (attempts_count < coalesce(step, flow) opt_max_attempts, and the task was not given up as
---     permanently stalled): the task goes back to 'queued' (started_at NULL, error_message kept) and its message
---     becomes visible after pgflow.calculate_retry_delay(coalesce(step, flow) opt_base_delay, attempts_count)
---     seconds from now; no event;
---   * exhausted: the task becomes 'failed' and its message is archived, then per the step's when_exhausted:
---     'fail' -> step and run fail, step:failed then run:failed, every queued/started message of the run archived;
---     'skip' -> step skipped (handler_failed, error_message kept), sibling messages archived, step:skipped,
---     dependents released (map dependents get 0 tasks), conditions, taskless cascade, ready steps start, the run
---     may complete; 'skip-cascade' -> like 'skip' but every dependent is skipped (dependency_skipped).
--- Every message operation uses the queue the task stored (step_tasks.queue_name): single-message pgmq.archive and
--- pgmq.set_vt calls for this task, one batch pgmq.archive call per queue when several tasks' messages are archived.
-create or replace function pgflow.fail_task(
-  run_id        uuid,
-  step_slug     text,
-  task_index    integer,
-  error_message text,
-  attempt       integer default null,
-  permanent     boolean default false
-)
-returns setof pgflow.step_tasks
-language plpgsql
-volatile
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_run            pgflow.runs;
-  v_state          pgflow.step_states;
-  v_task           pgflow.step_tasks;
-  v_max_attempts   integer;
-  v_base_delay     integer;
-  v_when_exhausted text;
-  v_queue          record;
-begin
-  if fail_task.error_message is null then
-    raise exception 'fail_task: error_message must not be NULL (run %, step %, task %)',
-      fail_task.run_id, fail_task.step_slug, fail_task.task_index
-      using errcode = '22004';
-  end if;
+comment on function pgflow.complete_task(run_id uuid, step_slug text, task_index integer, output jsonb, attempt integer) is $doc$
+pgflow.complete_task(run_id, step_slug, task_index, output, attempt) guarantees (returns the task row; none if
+unknown):
+  * attempt fencing (v0.20.0): when attempt is given and the task is not 'started' or its attempts_count is not
+    attempt, the report comes from an attempt that is no longer current: nothing changes at all (no message is
+    touched) and the row is returned as it is, so the caller sees that its result was not recorded. A NULL
+    attempt (pgflow's four-argument call) is not fenced;
+  * rows are locked in the order run, step state, task (the same order as fail_task and requeue_stalled_tasks),
+    so concurrent callbacks of one run are serialised and never deadlock each other;
+  * failed run: nothing changes (its messages were archived when it failed);
+  * step not 'started' (late or replayed callback: completed, skipped, failed): this task's message is archived,
+    nothing else changes;
+  * task not 'started' (queued, completed, failed): nothing changes at all, no message is touched and no type
+    check runs (upstream pgflow failed the run on a bad output even for a never-started task);
+  * type violation: a single step that has a dependent map still waiting for its array ('created',
+    initial_tasks NULL; a map already skipped needs no array) and produced anything but a JSON array (SQL NULL
+    included) fails the run (run:failed), archives every queued/started message of the run, fails the task
+    ('[TYPE_VIOLATION] Produced <type> instead of array', output stored) and the step ('[TYPE_VIOLATION] Map
+    step <child> expects array input but dependency <step> produced <type>', step:failed); when_exhausted does
+    not apply;
+  * otherwise the task is completed with the output exactly as given, the step's remaining_tasks drops; on the
+    last task the step completes with its output (single: the task output; map: the outputs of all its tasks
+    as one array ordered by task_index), its dependents' remaining_deps drop, dependent maps learn their task
+    count, the run's remaining_steps drops, step:completed is emitted, conditions are resolved, taskless steps
+    cascade, ready steps start and the run completes when nothing is left;
+  * the task's message is archived once the task is completed.
+Every message operation uses the queue the task stored (step_tasks.queue_name): a single pgmq.archive call for
+this task's message, one batch call per queue when the run's messages are archived.
+$doc$;
+-- end generated
 
-  select r.* into v_run from pgflow.runs as r where r.run_id = fail_task.run_id for update;
-  if not found then
-    return;
-  end if;
-
-  select ss.* into v_state
-    from pgflow.step_states as ss
-   where ss.run_id = fail_task.run_id and ss.step_slug = fail_task.step_slug
-     for update;
-
-  select t.* into v_task
-    from pgflow.step_tasks as t
-   where t.run_id = fail_task.run_id
-     and t.step_slug = fail_task.step_slug
-     and t.task_index = fail_task.task_index
-     for update;
-  if not found then
-    return;
-  end if;
-
-  -- A report from an attempt that is no longer current changes nothing.
-  if fail_task.attempt is not null
-     and (v_task.status <> 'started' or v_task.attempts_count <> fail_task.attempt) then
-    return next v_task;
-    return;
-  end if;
-
-  -- Failed run: record the failure of a running task, never retry.
-  if v_run.status = 'failed' then
-    if v_task.status = 'started' then
-      update pgflow.step_tasks as t
-         set status = 'failed',
-             failed_at = now(),
-             error_message = fail_task.error_message
-       where t.run_id = fail_task.run_id
-         and t.step_slug = fail_task.step_slug
-         and t.task_index = fail_task.task_index
-      returning t.* into v_task;
-    end if;
-    if v_task.message_id is not null then
-      perform pgmq.archive(v_task.queue_name, v_task.message_id);
-    end if;
-    return next v_task;
-    return;
-  end if;
-
-  -- Late or replayed callback for a step that is no longer running.
-  if v_state.status is distinct from 'started' then
-    if v_task.message_id is not null then
-      perform pgmq.archive(v_task.queue_name, v_task.message_id);
-    end if;
-    return next v_task;
-    return;
-  end if;
-
-  -- Only a started task can fail.
-  if v_task.status <> 'started' then
-    return next v_task;
-    return;
-  end if;
-
-  select coalesce(s.opt_max_attempts, f.opt_max_attempts),
-         coalesce(s.opt_base_delay, f.opt_base_delay),
-         s.when_exhausted
-    into v_max_attempts, v_base_delay, v_when_exhausted
-    from pgflow.steps as s
-    join pgflow.flows as f on f.flow_slug = s.flow_slug
-   where s.flow_slug = v_run.flow_slug and s.step_slug = fail_task.step_slug;
-
-  -- Retry.
-  if v_task.attempts_count < v_max_attempts and v_task.permanently_stalled_at is null
-     and not coalesce(fail_task.permanent, false) then
-    update pgflow.step_tasks as t
-       set status = 'queued',
-           started_at = null,
-           failed_at = null,
-           error_message = fail_task.error_message
-     where t.run_id = fail_task.run_id
-       and t.step_slug = fail_task.step_slug
-       and t.task_index = fail_task.task_index
-    returning t.* into v_task;
-
-    if v_task.message_id is not null then
-      perform pgmq.set_vt(v_task.queue_name, v_task.message_id,
-                          pgflow.calculate_retry_delay(v_base_delay, v_task.attempts_count));
-    end if;
-    return next v_task;
-    return;
-  end if;
-
-  -- Exhausted.
-  update pgflow.step_tasks as t
-     set status = 'failed',
-         failed_at = now(),
-         error_message = fail_task.error_message
-   where t.run_id = fail_task.run_id
-     and t.step_slug = fail_task.step_slug
-     and t.task_index = fail_task.task_index
-  returning t.* into v_task;
-
-  if v_task.message_id is not null then
-    perform pgmq.archive(v_task.queue_name, v_task.message_id);
-  end if;
-
-  if v_when_exhausted = 'fail' then
-    update pgflow.step_states as ss
-       set status = 'failed',
-           failed_at = now(),
-           error_message = fail_task.error_message
-     where ss.run_id = fail_task.run_id and ss.step_slug = fail_task.step_slug
-    returning ss.* into v_state;
-
-    update pgflow.runs as r
-       set status = 'failed',
-           failed_at = now()
-     where r.run_id = fail_task.run_id
-    returning r.* into v_run;
-
-    perform pgflow._emit_event(
-      jsonb_build_object(
-        'event_type', 'step:failed',
-        'run_id', v_state.run_id,
-        'flow_slug', v_state.flow_slug,
-        'step_slug', v_state.step_slug,
-        'status', v_state.status,
-        'error_message', v_state.error_message,
-        'failed_at', v_state.failed_at),
-      'step:' || v_state.step_slug || ':failed',
-      v_state.run_id);
-
-    perform pgflow._emit_event(
-      jsonb_build_object(
-        'event_type', 'run:failed',
-        'run_id', v_run.run_id,
-        'flow_slug', v_run.flow_slug,
-        'status', v_run.status,
-        'error_message', fail_task.error_message,
-        'failed_at', v_run.failed_at),
-      'run:failed',
-      v_run.run_id);
-
-    for v_queue in
-      select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
-        from pgflow.step_tasks as t
-       where t.run_id = fail_task.run_id
-         and t.status in ('queued', 'started')
-         and t.message_id is not null
-       group by t.queue_name
-       order by t.queue_name
-    loop
-      perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
-    end loop;
-
-    return next v_task;
-    return;
-  end if;
-
-  -- when_exhausted 'skip' or 'skip-cascade': the step is skipped, the run goes on.
-  update pgflow.step_states as ss
-     set status = 'skipped',
-         skip_reason = 'handler_failed',
-         skipped_at = now(),
-         error_message = fail_task.error_message,
-         remaining_tasks = null,
-         failed_at = null
-   where ss.run_id = fail_task.run_id and ss.step_slug = fail_task.step_slug
-  returning ss.* into v_state;
-
-  update pgflow.runs as r
-     set remaining_steps = r.remaining_steps - 1
-   where r.run_id = fail_task.run_id;
-
-  for v_queue in
-    select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
-      from pgflow.step_tasks as t
-     where t.run_id = fail_task.run_id
-       and t.step_slug = fail_task.step_slug
-       and t.status in ('queued', 'started')
-       and t.message_id is not null
-     group by t.queue_name
-     order by t.queue_name
-  loop
-    perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
-  end loop;
-
-  perform pgflow._emit_event(
-    jsonb_build_object(
-      'event_type', 'step:skipped',
-      'run_id', v_state.run_id,
-      'flow_slug', v_state.flow_slug,
-      'step_slug', v_state.step_slug,
-      'status', v_state.status,
-      'skip_reason', v_state.skip_reason,
-      'error_message', v_state.error_message,
-      'skipped_at', v_state.skipped_at),
-    'step:' || v_state.step_slug || ':skipped',
-    v_state.run_id);
-
-  if v_when_exhausted = 'skip-cascade' then
-    perform pgflow._cascade_force_skip_steps(fail_task.run_id, fail_task.step_slug, 'handler_failed');
-  else
-    update pgflow.step_states as cs
-       set remaining_deps = cs.remaining_deps - 1,
-           initial_tasks = case
-                             when c.step_type = 'map' and c.deps_count = 1 and cs.status = 'created' then 0
-                             else cs.initial_tasks
-                           end
-      from pgflow.deps as d
-      join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
-     where d.flow_slug = v_run.flow_slug
-       and d.dep_slug = fail_task.step_slug
-       and cs.run_id = fail_task.run_id
-       and cs.step_slug = d.step_slug;
-
-    if not pgflow.cascade_resolve_conditions(fail_task.run_id) then
-      perform pgflow._archive_task_message(fail_task.run_id, fail_task.step_slug, fail_task.task_index);
-      return next v_task;
-      return;
-    end if;
-
-    perform pgflow.cascade_complete_taskless_steps(fail_task.run_id);
-    perform pgflow.start_ready_steps(fail_task.run_id);
-  end if;
-
-  perform pgflow.maybe_complete_run(fail_task.run_id);
-
-  return next v_task;
-end;
-$$;
-
--- pgflow.complete_tasks(run_ids, step_slugs, task_indexes, outputs, attempts) completes many tasks in one call (one
--- transaction), element i of the arrays naming one task, its output and (optionally) the attempt that produced it.
--- It guarantees:
---   * attempt fencing (v0.20.0): an element whose attempts[i] is given and is not the task's current attempt, or
---     whose task is not 'started', changes nothing (outcome 'stale' or 'ignored'); the same task named again later
---     in the call changes nothing either (outcome 'duplicate', not a second 'completed'); attempts NULL (or a NULL
---     element) is not fenced;
---   * the outcome is the one of calling pgflow.complete_task(run_ids[i], step_slugs[i], task_indexes[i],
---     outputs[i]) for every i, in the order of (run_id, step_slug, task_index): every guarantee of complete_task
---     holds for every task (one result recorded per task; late, replayed and unknown callbacks, failed runs and
---     type violations behave exactly as there);
---   * rows are locked in the order runs, step states, tasks, each set sorted by key, so concurrent calls (batches
---     or single complete_task calls) never wait on each other in a cycle;
---   * tasks that are plainly completable - run, step state and task 'started', first mention of the task in the
---     call, the flow has no step with a condition pattern, no type violation is possible, and the same holds for
---     every other task of the same run in the call - are completed together: one UPDATE of their tasks, one of
---     their step states (a step whose last task completes becomes 'completed' with its output in the same row
---     version), one of the dependents (remaining_deps, map task counts), one UPDATE of the runs (a run left
---     without steps becomes 'completed' in the same row version), step:completed and run:completed events in one
---     call (per run: its steps in step_index order, then the run), taskless steps cascade, one pgmq.archive call
---     per queue for their messages, ready steps of the runs where a dependent became ready or a cascade ran start
---     through pgflow._start_ready_steps_batch, and runs finished by a cascade complete through
---     pgflow._maybe_complete_runs; every other task goes through pgflow.complete_task itself, afterwards. Events of one run keep their causal order (a dependent's step:started may follow the
---     completion of a sibling completed in the same call);
---   * returns one row per array element: its 1-based position, the task's status afterwards ('completed' when
---     recorded; the status complete_task reports otherwise; NULL when no such task exists) and the outcome:
---     'recorded' (this call recorded the result: the task completed, or failed with a type violation), 'stale',
---     'ignored' (the task, its step or its run is no longer 'started': nothing recorded), 'duplicate' or 'unknown'
---     (no such task);
---   * arrays of different lengths raise an error naming the lengths before anything changes; NULL or empty
---     arrays complete nothing and return nothing. An error in any task rolls the whole call back: callers that
---     must not lose the other results call complete_task per task then.
+-- generated from sql/core: 0100_function_complete_tasks.sql
 create or replace function pgflow.complete_tasks(
   run_ids      uuid[],
   step_slugs   text[],
@@ -1223,21 +954,387 @@ begin
 end;
 $$;
 
--- pgflow.release_tasks(run_ids, step_slugs, task_indexes, attempts) hands tasks back to the queue without spending
--- an attempt (v0.20.0; a worker that shuts down while handlers still run calls it for the tasks it gives up on).
--- Element i of the four arrays names one task and the attempt the caller holds. It guarantees:
---   * a task that is 'started' at exactly attempts[i] goes back to 'queued': attempts_count - 1 (the interrupted
---     attempt is not counted), started_at NULL, last_worker_id kept for the audit trail; its message becomes
---     visible at once in the queue the task stored (one pgflow.set_vt_batch call per queue), so any worker may
---     claim it again;
---   * anything else changes nothing: an unknown task, a task that is not 'started', one whose current attempt is
---     another (the task was recovered and claimed again: that attempt is not the caller's to give back), or the
---     same task named again later in the call;
---   * task rows are locked in key order (FOR UPDATE), so concurrent callbacks for the same task are serialised:
---     of a release and a completion of the same attempt, exactly one takes effect;
---   * returns one row per array element: its 1-based position and whether this call released the task;
---   * arrays of different lengths raise an error naming the four lengths (22023) before anything changes; NULL or
---     empty arrays release nothing and return nothing.
+comment on function pgflow.complete_tasks(run_ids uuid[], step_slugs text[], task_indexes integer[], outputs jsonb[], attempts integer[]) is $doc$
+pgflow.complete_tasks(run_ids, step_slugs, task_indexes, outputs, attempts) completes many tasks in one call (one
+transaction), element i of the arrays naming one task, its output and (optionally) the attempt that produced it.
+It guarantees:
+  * attempt fencing (v0.20.0): an element whose attempts[i] is given and is not the task's current attempt, or
+    whose task is not 'started', changes nothing (outcome 'stale' or 'ignored'); the same task named again later
+    in the call changes nothing either (outcome 'duplicate', not a second 'completed'); attempts NULL (or a NULL
+    element) is not fenced;
+  * the outcome is the one of calling pgflow.complete_task(run_ids[i], step_slugs[i], task_indexes[i],
+    outputs[i]) for every i, in the order of (run_id, step_slug, task_index): every guarantee of complete_task
+    holds for every task (one result recorded per task; late, replayed and unknown callbacks, failed runs and
+    type violations behave exactly as there);
+  * rows are locked in the order runs, step states, tasks, each set sorted by key, so concurrent calls (batches
+    or single complete_task calls) never wait on each other in a cycle;
+  * tasks that are plainly completable - run, step state and task 'started', first mention of the task in the
+    call, the flow has no step with a condition pattern, no type violation is possible, and the same holds for
+    every other task of the same run in the call - are completed together: one UPDATE of their tasks, one of
+    their step states (a step whose last task completes becomes 'completed' with its output in the same row
+    version), one of the dependents (remaining_deps, map task counts), one UPDATE of the runs (a run left
+    without steps becomes 'completed' in the same row version), step:completed and run:completed events in one
+    call (per run: its steps in step_index order, then the run), taskless steps cascade, one pgmq.archive call
+    per queue for their messages, ready steps of the runs where a dependent became ready or a cascade ran start
+    through pgflow._start_ready_steps_batch, and runs finished by a cascade complete through
+    pgflow._maybe_complete_runs; every other task goes through pgflow.complete_task itself, afterwards. Events of one run keep their causal order (a dependent's step:started may follow the
+    completion of a sibling completed in the same call);
+  * returns one row per array element: its 1-based position, the task's status afterwards ('completed' when
+    recorded; the status complete_task reports otherwise; NULL when no such task exists) and the outcome:
+    'recorded' (this call recorded the result: the task completed, or failed with a type violation), 'stale',
+    'ignored' (the task, its step or its run is no longer 'started': nothing recorded), 'duplicate' or 'unknown'
+    (no such task);
+  * arrays of different lengths raise an error naming the lengths before anything changes; NULL or empty
+    arrays complete nothing and return nothing. An error in any task rolls the whole call back: callers that
+    must not lose the other results call complete_task per task then.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_ensure_flow_compiled.sql
+create or replace function pgflow.ensure_flow_compiled(
+  flow_slug       text,
+  shape           jsonb,
+  allow_data_loss boolean default false
+)
+returns jsonb
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_differences text[];
+begin
+  perform pgflow._validate_flow_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
+  perform pg_advisory_xact_lock(1, hashtext(lower(ensure_flow_compiled.flow_slug)));
+
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug) then
+    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
+    return jsonb_build_object('status', 'compiled', 'differences', '[]'::jsonb);
+  end if;
+
+  v_differences := pgflow._compare_flow_shapes(
+    ensure_flow_compiled.shape, pgflow._get_flow_shape(ensure_flow_compiled.flow_slug));
+
+  if cardinality(v_differences) = 0 then
+    return jsonb_build_object('status', 'verified', 'differences', '[]'::jsonb);
+  end if;
+
+  if pgflow.is_local() or coalesce(ensure_flow_compiled.allow_data_loss, false) then
+    perform pgflow.delete_flow_and_data(ensure_flow_compiled.flow_slug);
+    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
+    return jsonb_build_object('status', 'recompiled', 'differences', to_jsonb(v_differences));
+  end if;
+
+  return jsonb_build_object('status', 'mismatch', 'differences', to_jsonb(v_differences));
+end;
+$$;
+
+comment on function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb, allow_data_loss boolean) is $doc$
+pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss) guarantees: after it returns, the stored flow has
+the caller's shape, or nothing was changed and the result says why. Result: {"status": s, "differences": [...]}
+  * 'compiled'   - the flow did not exist and was created from the shape (in any environment);
+  * 'verified'   - the stored shape equals the caller's; nothing changed;
+  * 'recompiled' - shapes differed and pgflow.is_local() or allow_data_loss: the flow and ALL its data (runs,
+                   states, tasks, queue and archive) were deleted and the flow created again from the shape;
+  * 'mismatch'   - shapes differed otherwise; nothing changed.
+A shape the DSL could not produce (NULL, not an object, duplicate step slugs, maxAttempts 0, ...) is refused by
+pgflow._validate_flow_shape (22023, naming the bad value) before anything is read or changed (v0.20.0).
+differences lists _compare_flow_shapes(shape, stored shape) (the caller's shape is "first").
+Concurrent calls for one normalized slug (and create_flow / delete_flow_and_data for it) are serialised by the
+transaction-level advisory lock (1, hashtext(lower(flow_slug))), so slugs differing only in letter case share it.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_fail_task.sql
+create or replace function pgflow.fail_task(
+  run_id        uuid,
+  step_slug     text,
+  task_index    integer,
+  error_message text,
+  attempt       integer default null,
+  permanent     boolean default false
+)
+returns setof pgflow.step_tasks
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_run            pgflow.runs;
+  v_state          pgflow.step_states;
+  v_task           pgflow.step_tasks;
+  v_max_attempts   integer;
+  v_base_delay     integer;
+  v_when_exhausted text;
+  v_queue          record;
+begin
+  if fail_task.error_message is null then
+    raise exception 'fail_task: error_message must not be NULL (run %, step %, task %)',
+      fail_task.run_id, fail_task.step_slug, fail_task.task_index
+      using errcode = '22004';
+  end if;
+
+  select r.* into v_run from pgflow.runs as r where r.run_id = fail_task.run_id for update;
+  if not found then
+    return;
+  end if;
+
+  select ss.* into v_state
+    from pgflow.step_states as ss
+   where ss.run_id = fail_task.run_id and ss.step_slug = fail_task.step_slug
+     for update;
+
+  select t.* into v_task
+    from pgflow.step_tasks as t
+   where t.run_id = fail_task.run_id
+     and t.step_slug = fail_task.step_slug
+     and t.task_index = fail_task.task_index
+     for update;
+  if not found then
+    return;
+  end if;
+
+  -- A report from an attempt that is no longer current changes nothing.
+  if fail_task.attempt is not null
+     and (v_task.status <> 'started' or v_task.attempts_count <> fail_task.attempt) then
+    return next v_task;
+    return;
+  end if;
+
+  -- Failed run: record the failure of a running task, never retry.
+  if v_run.status = 'failed' then
+    if v_task.status = 'started' then
+      update pgflow.step_tasks as t
+         set status = 'failed',
+             failed_at = now(),
+             error_message = fail_task.error_message
+       where t.run_id = fail_task.run_id
+         and t.step_slug = fail_task.step_slug
+         and t.task_index = fail_task.task_index
+      returning t.* into v_task;
+    end if;
+    if v_task.message_id is not null then
+      perform pgmq.archive(v_task.queue_name, v_task.message_id);
+    end if;
+    return next v_task;
+    return;
+  end if;
+
+  -- Late or replayed callback for a step that is no longer running.
+  if v_state.status is distinct from 'started' then
+    if v_task.message_id is not null then
+      perform pgmq.archive(v_task.queue_name, v_task.message_id);
+    end if;
+    return next v_task;
+    return;
+  end if;
+
+  -- Only a started task can fail.
+  if v_task.status <> 'started' then
+    return next v_task;
+    return;
+  end if;
+
+  select coalesce(s.opt_max_attempts, f.opt_max_attempts),
+         coalesce(s.opt_base_delay, f.opt_base_delay),
+         s.when_exhausted
+    into v_max_attempts, v_base_delay, v_when_exhausted
+    from pgflow.steps as s
+    join pgflow.flows as f on f.flow_slug = s.flow_slug
+   where s.flow_slug = v_run.flow_slug and s.step_slug = fail_task.step_slug;
+
+  -- Retry.
+  if v_task.attempts_count < v_max_attempts and v_task.permanently_stalled_at is null
+     and not coalesce(fail_task.permanent, false) then
+    update pgflow.step_tasks as t
+       set status = 'queued',
+           started_at = null,
+           failed_at = null,
+           error_message = fail_task.error_message
+     where t.run_id = fail_task.run_id
+       and t.step_slug = fail_task.step_slug
+       and t.task_index = fail_task.task_index
+    returning t.* into v_task;
+
+    if v_task.message_id is not null then
+      perform pgmq.set_vt(v_task.queue_name, v_task.message_id,
+                          pgflow.calculate_retry_delay(v_base_delay, v_task.attempts_count));
+    end if;
+    return next v_task;
+    return;
+  end if;
+
+  -- Exhausted.
+  update pgflow.step_tasks as t
+     set status = 'failed',
+         failed_at = now(),
+         error_message = fail_task.error_message
+   where t.run_id = fail_task.run_id
+     and t.step_slug = fail_task.step_slug
+     and t.task_index = fail_task.task_index
+  returning t.* into v_task;
+
+  if v_task.message_id is not null then
+    perform pgmq.archive(v_task.queue_name, v_task.message_id);
+  end if;
+
+  if v_when_exhausted = 'fail' then
+    update pgflow.step_states as ss
+       set status = 'failed',
+           failed_at = now(),
+           error_message = fail_task.error_message
+     where ss.run_id = fail_task.run_id and ss.step_slug = fail_task.step_slug
+    returning ss.* into v_state;
+
+    update pgflow.runs as r
+       set status = 'failed',
+           failed_at = now()
+     where r.run_id = fail_task.run_id
+    returning r.* into v_run;
+
+    perform pgflow._emit_event(
+      jsonb_build_object(
+        'event_type', 'step:failed',
+        'run_id', v_state.run_id,
+        'flow_slug', v_state.flow_slug,
+        'step_slug', v_state.step_slug,
+        'status', v_state.status,
+        'error_message', v_state.error_message,
+        'failed_at', v_state.failed_at),
+      'step:' || v_state.step_slug || ':failed',
+      v_state.run_id);
+
+    perform pgflow._emit_event(
+      jsonb_build_object(
+        'event_type', 'run:failed',
+        'run_id', v_run.run_id,
+        'flow_slug', v_run.flow_slug,
+        'status', v_run.status,
+        'error_message', fail_task.error_message,
+        'failed_at', v_run.failed_at),
+      'run:failed',
+      v_run.run_id);
+
+    for v_queue in
+      select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
+        from pgflow.step_tasks as t
+       where t.run_id = fail_task.run_id
+         and t.status in ('queued', 'started')
+         and t.message_id is not null
+       group by t.queue_name
+       order by t.queue_name
+    loop
+      perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
+    end loop;
+
+    return next v_task;
+    return;
+  end if;
+
+  -- when_exhausted 'skip' or 'skip-cascade': the step is skipped, the run goes on.
+  update pgflow.step_states as ss
+     set status = 'skipped',
+         skip_reason = 'handler_failed',
+         skipped_at = now(),
+         error_message = fail_task.error_message,
+         remaining_tasks = null,
+         failed_at = null
+   where ss.run_id = fail_task.run_id and ss.step_slug = fail_task.step_slug
+  returning ss.* into v_state;
+
+  update pgflow.runs as r
+     set remaining_steps = r.remaining_steps - 1
+   where r.run_id = fail_task.run_id;
+
+  for v_queue in
+    select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
+      from pgflow.step_tasks as t
+     where t.run_id = fail_task.run_id
+       and t.step_slug = fail_task.step_slug
+       and t.status in ('queued', 'started')
+       and t.message_id is not null
+     group by t.queue_name
+     order by t.queue_name
+  loop
+    perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
+  end loop;
+
+  perform pgflow._emit_event(
+    jsonb_build_object(
+      'event_type', 'step:skipped',
+      'run_id', v_state.run_id,
+      'flow_slug', v_state.flow_slug,
+      'step_slug', v_state.step_slug,
+      'status', v_state.status,
+      'skip_reason', v_state.skip_reason,
+      'error_message', v_state.error_message,
+      'skipped_at', v_state.skipped_at),
+    'step:' || v_state.step_slug || ':skipped',
+    v_state.run_id);
+
+  if v_when_exhausted = 'skip-cascade' then
+    perform pgflow._cascade_force_skip_steps(fail_task.run_id, fail_task.step_slug, 'handler_failed');
+  else
+    update pgflow.step_states as cs
+       set remaining_deps = cs.remaining_deps - 1,
+           initial_tasks = case
+                             when c.step_type = 'map' and c.deps_count = 1 and cs.status = 'created' then 0
+                             else cs.initial_tasks
+                           end
+      from pgflow.deps as d
+      join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
+     where d.flow_slug = v_run.flow_slug
+       and d.dep_slug = fail_task.step_slug
+       and cs.run_id = fail_task.run_id
+       and cs.step_slug = d.step_slug;
+
+    if not pgflow.cascade_resolve_conditions(fail_task.run_id) then
+      perform pgflow._archive_task_message(fail_task.run_id, fail_task.step_slug, fail_task.task_index);
+      return next v_task;
+      return;
+    end if;
+
+    perform pgflow.cascade_complete_taskless_steps(fail_task.run_id);
+    perform pgflow.start_ready_steps(fail_task.run_id);
+  end if;
+
+  perform pgflow.maybe_complete_run(fail_task.run_id);
+
+  return next v_task;
+end;
+$$;
+
+comment on function pgflow.fail_task(run_id uuid, step_slug text, task_index integer, error_message text, attempt integer, permanent boolean) is $doc$
+pgflow.fail_task(run_id, step_slug, task_index, error_message, attempt, permanent) guarantees (returns the task
+row; none if unknown):
+  * a NULL error_message is refused (SQLSTATE 22004, naming the task) before anything changes;
+  * attempt fencing (v0.20.0): when attempt is given and the task is not 'started' or its attempts_count is not
+    attempt, the report comes from an attempt that is no longer current: nothing changes at all (no message is
+    touched) and the row is returned as it is. A NULL attempt (pgflow's four-argument call) is not fenced;
+  * permanent => true (the handler said the error will not go away): the task does not retry, whatever attempts
+    are left; it is failed as an exhausted task (below);
+  * rows are locked in the order run, step state, task (as in complete_task and requeue_stalled_tasks);
+  * failed run: a 'started' task becomes 'failed' with the message and its queue message is archived; no retry,
+    no event;
+  * step not 'started' (late or replayed callback): this task's message is archived, nothing else changes (no
+    double decrement, no event);
+  * task not 'started': nothing changes at all, the message keeps its visibility (upstream pgflow pushed it by
+    the retry delay);
+  * attempts left (attempts_count < coalesce(step, flow) opt_max_attempts, and the task was not given up as
+    permanently stalled): the task goes back to 'queued' (started_at NULL, error_message kept) and its message
+    becomes visible after pgflow.calculate_retry_delay(coalesce(step, flow) opt_base_delay, attempts_count)
+    seconds from now; no event;
+  * exhausted: the task becomes 'failed' and its message is archived, then per the step's when_exhausted:
+    'fail' -> step and run fail, step:failed then run:failed, every queued/started message of the run archived;
+    'skip' -> step skipped (handler_failed, error_message kept), sibling messages archived, step:skipped,
+    dependents released (map dependents get 0 tasks), conditions, taskless cascade, ready steps start, the run
+    may complete; 'skip-cascade' -> like 'skip' but every dependent is skipped (dependency_skipped).
+Every message operation uses the queue the task stored (step_tasks.queue_name): single-message pgmq.archive and
+pgmq.set_vt calls for this task, one batch pgmq.archive call per queue when several tasks' messages are archived.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_release_tasks.sql
 create or replace function pgflow.release_tasks(
   run_ids      uuid[],
   step_slugs   text[],
@@ -1319,55 +1416,24 @@ begin
 end;
 $$;
 
--- pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss) guarantees: after it returns, the stored flow has
--- the caller's shape, or nothing was changed and the result says why. Result: {"status": s, "differences": [...]}
---   * 'compiled'   - the flow did not exist and was created from the shape (in any environment);
---   * 'verified'   - the stored shape equals the caller's; nothing changed;
---   * 'recompiled' - shapes differed and pgflow.is_local() or allow_data_loss: the flow and ALL its data (runs,
---                    states, tasks, queue and archive) were deleted and the flow created again from the shape;
---   * 'mismatch'   - shapes differed otherwise; nothing changed.
--- A shape the DSL could not produce (NULL, not an object, duplicate step slugs, maxAttempts 0, ...) is refused by
--- pgflow._validate_flow_shape (22023, naming the bad value) before anything is read or changed (v0.20.0).
--- differences lists _compare_flow_shapes(shape, stored shape) (the caller's shape is "first").
--- Concurrent calls for one normalized slug (and create_flow / delete_flow_and_data for it) are serialised by the
--- transaction-level advisory lock (1, hashtext(lower(flow_slug))), so slugs differing only in letter case share it.
-create or replace function pgflow.ensure_flow_compiled(
-  flow_slug       text,
-  shape           jsonb,
-  allow_data_loss boolean default false
-)
-returns jsonb
-language plpgsql
-volatile
-set search_path = pg_catalog, pg_temp
-as $$
-declare
-  v_differences text[];
-begin
-  perform pgflow._validate_flow_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
-  perform pg_advisory_xact_lock(1, hashtext(lower(ensure_flow_compiled.flow_slug)));
-
-  if not exists (select 1 from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug) then
-    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
-    return jsonb_build_object('status', 'compiled', 'differences', '[]'::jsonb);
-  end if;
-
-  v_differences := pgflow._compare_flow_shapes(
-    ensure_flow_compiled.shape, pgflow._get_flow_shape(ensure_flow_compiled.flow_slug));
-
-  if cardinality(v_differences) = 0 then
-    return jsonb_build_object('status', 'verified', 'differences', '[]'::jsonb);
-  end if;
-
-  if pgflow.is_local() or coalesce(ensure_flow_compiled.allow_data_loss, false) then
-    perform pgflow.delete_flow_and_data(ensure_flow_compiled.flow_slug);
-    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
-    return jsonb_build_object('status', 'recompiled', 'differences', to_jsonb(v_differences));
-  end if;
-
-  return jsonb_build_object('status', 'mismatch', 'differences', to_jsonb(v_differences));
-end;
-$$;
+comment on function pgflow.release_tasks(run_ids uuid[], step_slugs text[], task_indexes integer[], attempts integer[]) is $doc$
+pgflow.release_tasks(run_ids, step_slugs, task_indexes, attempts) hands tasks back to the queue without spending
+an attempt (v0.20.0; a worker that shuts down while handlers still run calls it for the tasks it gives up on).
+Element i of the four arrays names one task and the attempt the caller holds. It guarantees:
+  * a task that is 'started' at exactly attempts[i] goes back to 'queued': attempts_count - 1 (the interrupted
+    attempt is not counted), started_at NULL, last_worker_id kept for the audit trail; its message becomes
+    visible at once in the queue the task stored (one pgflow.set_vt_batch call per queue), so any worker may
+    claim it again;
+  * anything else changes nothing: an unknown task, a task that is not 'started', one whose current attempt is
+    another (the task was recovered and claimed again: that attempt is not the caller's to give back), or the
+    same task named again later in the call;
+  * task rows are locked in key order (FOR UPDATE), so concurrent callbacks for the same task are serialised:
+    of a release and a completion of the same attempt, exactly one takes effect;
+  * returns one row per array element: its 1-based position and whether this call released the task;
+  * arrays of different lengths raise an error naming the four lengths (22023) before anything changes; NULL or
+    empty arrays release nothing and return nothing.
+$doc$;
+-- end generated
 
 do $grants$
 declare
@@ -1409,3 +1475,355 @@ begin
   end loop;
 end;
 $search_path$;
+
+-- Every function carries its guarantees as its comment (v0.20.0), so they are part of the schema.
+-- generated from sql/core: comments
+comment on function pgflow.is_valid_slug(slug text) is $doc$
+pgflow.is_valid_slug(slug) guarantees: true exactly when slug is not NULL, not empty, at most 128 characters,
+starts with an ASCII letter or underscore, continues with ASCII letters, digits or underscores, and is not the
+reserved word 'run' (case-sensitive, so 'Run' is valid). Pure function; used by the slug CHECK constraints, so
+it exists before the tables.
+$doc$;
+comment on function pgflow._default_queue_name(flow_slug text) is $doc$
+pgflow._default_queue_name(flow_slug) guarantees: the canonical name of a flow's default PGMQ queue, which is
+lower(flow_slug) (PGMQ names its tables in lower case, so this is also the name PGMQ's own tables use). NULL gives
+NULL. Immutable and pure: the one definition of the default route. It is used only where a queue is chosen for
+something that has no persisted queue yet (create_flow, add_step, the v0.17.0 backfill, the unique index
+flows_default_queue_key, delete_flow_and_data for a flow without steps, and start_tasks called without a queue
+by a v0.16.0 worker); it exists before the tables because that index uses it. Message operations on an existing
+task never call it: they use step_tasks.queue_name.
+$doc$;
+comment on function pgflow._archive_task_message(p_run_id uuid, p_step_slug text, p_task_index integer) is $doc$
+pgflow._archive_task_message(p_run_id, p_step_slug, p_task_index) guarantees: the task's PGMQ message (if it has
+one and it is still in the queue) is moved to the archive of the queue the task stored (step_tasks.queue_name),
+with one single-message pgmq.archive call. Unknown tasks and already archived messages are a no-op. Nothing
+else changes.
+$doc$;
+comment on function pgflow._cascade_force_skip_steps(run_id uuid, step_slug text, skip_reason text) is $doc$
+pgflow._cascade_force_skip_steps(run_id, step_slug, skip_reason) guarantees:
+  * the step and all its transitive dependents that are still 'created' or 'started' in the run become
+    'skipped' (skipped_at now, remaining_tasks NULL); the trigger step gets skip_reason, every other step
+    'dependency_skipped'; steps already terminal (including an already skipped trigger) are left alone;
+  * step:skipped is emitted per newly skipped step in step_index order (a topological order);
+  * the queued/started messages of the newly skipped steps' tasks are archived from the queues the tasks stored
+    (step_tasks.queue_name), one batch pgmq.archive call per queue; their task rows keep their status (late
+    callbacks are ignored by complete_task/fail_task);
+  * the run's remaining_steps drops by the number newly skipped, which is returned (a second call returns 0).
+It does not look at the run status and does not decrement remaining_deps (every dependent is skipped anyway).
+Unknown run: raises 'Run not found: <run_id>'.
+$doc$;
+comment on function pgflow._compare_flow_shapes(p_local jsonb, p_db jsonb) is $doc$
+pgflow._compare_flow_shapes(p_local, p_db) guarantees: the list of structural differences between two flow
+shapes, '{}' when they match. p_local is called "first", p_db "second". Reported, in this order:
+  * 'Step count differs: <n_local> vs <n_db>' when the step arrays differ in length (missing steps = []);
+  * per index i: a step missing on one side, else differences of slug, type, dependencies (as the sorted list),
+    whenUnmet, whenExhausted, requiredInputPattern and forbiddenInputPattern, one line each.
+A key missing on either side is not a difference for slug/stepType/whenUnmet/whenExhausted (pgflow compares
+those with SQL "<>", where NULL never differs); for the two patterns a missing key differs from
+{"defined": false} and prints as ''. Options are never compared. Read-only.
+$doc$;
+comment on function pgflow._create_flow_from_shape(p_flow_slug text, p_shape jsonb) is $doc$
+pgflow._create_flow_from_shape(p_flow_slug, p_shape) guarantees: defines the flow described by a shape, using
+create_flow and add_step (so it has their idempotence and errors): flow options from shape.options
+(maxAttempts, baseDelay, timeout; absent = create_flow defaults), then every element of shape.steps in array
+order with its dependencies (absent = none), stepType (absent = 'single'), whenUnmet (absent = 'skip'),
+whenExhausted (absent = 'fail'), patterns (only when {"defined": true}) and step options (maxAttempts,
+baseDelay, timeout, startDelay; absent = inherit).
+$doc$;
+comment on function pgflow._get_flow_shape(p_flow_slug text) is $doc$
+pgflow._get_flow_shape(p_flow_slug) guarantees: the structural shape of a stored flow as jsonb
+{"steps": [...]}, steps in step_index order, each with slug, stepType, dependencies (sorted by code point,
+[] when none), whenUnmet, whenExhausted, requiredInputPattern and forbiddenInputPattern (each
+{"defined": false} or {"defined": true, "value": <pattern>}). Options are not part of a shape. An unknown flow
+gives {"steps": []}. Read-only.
+$doc$;
+comment on function pgflow._maybe_complete_runs(run_ids uuid[]) is $doc$
+pgflow._maybe_complete_runs(run_ids) guarantees: for every run of run_ids exactly what
+pgflow.maybe_complete_run(run_id) guarantees, done with one UPDATE for all of them: a 'started' run whose
+remaining_steps is 0 becomes 'completed' (completed_at now) with output = {<leaf step slug>: <stored step
+output>} over its completed leaf steps (NULL when none completed), and run:completed is emitted for it, runs in
+run_id order. Runs that are completed, failed, still have steps left, or do not exist are not touched; NULL or
+empty run_ids do nothing.
+$doc$;
+comment on function pgflow._start_ready_steps_batch(run_ids uuid[], started_run_ids uuid[], started_step_slugs text[]) is $doc$
+pgflow._start_ready_steps_batch(run_ids, started_run_ids, started_step_slugs) guarantees: for every run of run_ids
+exactly what pgflow.start_ready_steps(run_id) guarantees, done set-based:
+  * only runs that are 'started' are touched; NULL or empty run_ids do nothing;
+  * every step state of those runs that is 'created' with remaining_deps 0 and initial_tasks > 0 becomes
+    'started' (started_at now, remaining_tasks = initial_tasks), exactly once even when called concurrently
+    (one UPDATE starts them all);
+  * step:started is emitted per started step, ordered by run_id, then step_index;
+  * one message per task {"flow_slug", "run_id", "step_slug", "task_index"} goes to the step's queue
+    (steps.queue_name), delayed by the step's opt_start_delay seconds (NULL = 0), with one pgmq.send_batch call
+    per (queue, delay) for all the runs together, and one 'queued' step_tasks row per message is written with
+    its message_id and that queue_name (task_index 0 .. initial_tasks-1, paired with the message carrying that
+    index); no queue is created here (no DDL);
+  * after sending undelayed messages to a queue, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers
+    listening for that queue (at commit; folded into one notification per queue and transaction);
+  * steps with initial_tasks NULL or 0 are never started here, and conditions are not evaluated here (as in
+    start_ready_steps);
+  * the step states named by the pairs (started_run_ids[i], started_step_slugs[i]) were made 'started' by the
+    caller in this transaction (in the same row version that made them ready, one row version fewer than
+    'created' -> ready -> 'started'): they get exactly what a step started here gets - its step:started event in
+    the same order, its messages and tasks - and are not updated again. NULL arrays name none.
+$doc$;
+comment on function pgflow.add_step(flow_slug text, step_slug text, deps_slugs text[], max_attempts integer, base_delay integer, timeout integer, start_delay integer, step_type text, required_input_pattern jsonb, forbidden_input_pattern jsonb, when_unmet text, when_exhausted text) is $doc$
+pgflow.add_step(...) guarantees:
+  * definitions of one flow are serialised by a row lock on the flow;
+  * idempotent by (flow_slug, step_slug): the first call inserts the step at the next step_index of the flow
+    (0, 1, 2, ... in call order, a topological order because dependencies must already exist) with its
+    dependency edges; a later call with the same dependency set returns the existing row unchanged (options,
+    type, patterns and modes are NOT updated);
+  * a later call with a different dependency set is rejected and changes nothing: adding edges to an existing
+    step would leave deps_count stale (runs would never start the step) and could create cycles;
+  * duplicate names in deps_slugs count once, so deps_count always equals the number of edges; NULL = '{}';
+  * a new step records its resolved route: queue_name = the flow's default queue,
+    pgflow._default_queue_name(flow_slug) (the queue create_flow created); no queue is created here;
+  * a map step has at most one dependency;
+  * everything else is enforced by the constraints of steps and deps, whose error texts callers match on
+    (steps_flow_slug_fkey, deps_flow_slug_dep_slug_fkey, deps_check, steps_step_slug_check,
+    steps_step_type_check, when_unmet_is_valid, when_exhausted_is_valid, opt_*_is_*, *_input_pattern_is_object).
+$doc$;
+comment on function pgflow.calculate_retry_delay(base_delay numeric, attempts_count integer) is $doc$
+pgflow.calculate_retry_delay(base_delay, attempts_count) guarantees: the exponential backoff in whole seconds,
+floor(base_delay * 2^attempts_count), capped at 2147483647 (the largest integer, about 68 years) instead of
+failing with "integer out of range". A base_delay of 0 or less gives 0; NULL arguments give NULL.
+The exponent is clamped to +-60000 so numeric arithmetic cannot overflow: 2^60000 times the smallest positive
+numeric is still far above the cap, so positive exponents stay exact; negative exponents (pgflow never passes
+them, attempts_count is never negative) are exact for every base_delay below 10^16000.
+$doc$;
+comment on function pgflow.cascade_complete_taskless_steps(run_id uuid) is $doc$
+pgflow.cascade_complete_taskless_steps(run_id) guarantees:
+  * completes, in waves, every step state of the run that is 'created' with remaining_deps 0 and
+    initial_tasks 0 (a map over an empty array): started_at = completed_at = now(), remaining_tasks 0, output
+    '[]' for maps (NULL for single steps, which are never taskless); step:completed is emitted per step in
+    step_index order within a wave, and waves run in dependency order;
+  * for each completed step its dependents get remaining_deps decremented, and dependent maps get
+    initial_tasks 0 (their input array is empty); the run's remaining_steps drops by the number completed;
+  * before every wave the conditions of ready steps are resolved (pgflow.cascade_resolve_conditions), so a step
+    that becomes ready through this cascade is skipped or fails by its condition exactly like any other step
+    (upstream pgflow skipped that check); if a condition fails the run, the cascade stops;
+  * a run that is not 'started' is left alone; returns the number of steps completed;
+  * at most 50 iterations (each wave and the final empty one count): more raises
+    'Cascade loop exceeded safety limit of 50 iterations (run <run_id>)', which rolls back the caller.
+The run itself is not completed here; callers call pgflow.maybe_complete_run.
+$doc$;
+comment on function pgflow.cascade_resolve_conditions(run_id uuid) is $doc$
+pgflow.cascade_resolve_conditions(run_id) guarantees: the if/ifNot conditions of every step of the run that is
+'created' with remaining_deps 0 and has a pattern are evaluated, repeatedly until nothing changes:
+  * condition input: the run input for steps without dependencies, otherwise {<dep_slug>: <output>} over the
+    dependencies that completed (skipped ones are absent); met <=> (required pattern NULL or input @> it) and
+    (forbidden pattern NULL or not input @> it);
+  * when_unmet 'fail': the unmet step with the lowest step_index fails ('Condition not met'), the run fails,
+    step:failed then run:failed are emitted, every queued/started message of the run is archived (from the
+    queues its tasks stored, one batch call per queue), and the function returns false (only that one step is
+    failed);
+  * when_unmet 'skip': the step is skipped (condition_unmet, step:skipped emitted in step_index order), its
+    dependents' remaining_deps drop, map dependents get initial_tasks 0, the run's remaining_steps drops;
+  * when_unmet 'skip-cascade': pgflow._cascade_force_skip_steps(run_id, step, 'condition_unmet'), in step_index
+    order;
+  * returns false when the run is (or becomes) 'failed', true otherwise (also for 'completed' and unknown runs,
+    where nothing is evaluated). More than 50 rounds raise
+    'cascade_resolve_conditions exceeded safety limit of 50 iterations (run <run_id>)'.
+$doc$;
+comment on function pgflow.create_flow(flow_slug text, max_attempts integer, base_delay integer, timeout integer) is $doc$
+pgflow.create_flow(flow_slug, max_attempts, base_delay, timeout) guarantees:
+  * idempotent: the first call inserts the flow (NULL options become max_attempts 3, base_delay 5, timeout 60);
+    later calls return the existing row unchanged (options are NOT updated);
+  * the flow's default PGMQ queue, pgflow._default_queue_name(flow_slug) (the lower-case slug), exists
+    afterwards, also for a flow without steps; an existing flow reuses the queue PGMQ lists under any spelling
+    of that name (a mixed-case queue created by v0.16.0 stays as it is) and gets it re-created only when PGMQ
+    lists none;
+  * a new flow is refused, before anything is written, when PGMQ already lists a queue with the same normalized
+    name (pgflow manages its queues exclusively and never adopts a queue it did not create for that flow);
+  * two flows never share a default queue: the unique index flows_default_queue_key rejects a slug that
+    differs only in letter case from an existing flow, atomically (also for concurrent calls);
+  * a valid slug whose queue name would break PGMQ's limit (more than 47 characters) is rejected before anything
+    is written, and the queue name passes PGMQ's public validation (pgmq.validate_queue_name);
+  * calls for one normalized slug are serialised with ensure_flow_compiled and delete_flow_and_data by the
+    transaction-level advisory lock (1, hashtext(lower(flow_slug)));
+  * invalid slugs and options fail on the flows CHECK constraints (slug_is_valid, opt_*). Queues are only
+    created and listed through PGMQ's public functions.
+$doc$;
+comment on function pgflow.delete_flow_and_data(p_flow_slug text) is $doc$
+pgflow.delete_flow_and_data(p_flow_slug) guarantees: removes the flow completely in the caller's transaction:
+  * the flow's queues are its persisted routes (the distinct steps.queue_name of its steps), or its default queue
+    pgflow._default_queue_name(p_flow_slug) when the flow exists but has no steps;
+  * each of those queues is resolved to the spelling PGMQ lists for it (pgmq.list_queues(), compared in lower
+    case, so a mixed-case queue created by v0.16.0 is found); a queue listed under more than one spelling is
+    ambiguous and raises an error naming the flow, the queue and the spellings BEFORE anything is deleted;
+    a queue PGMQ does not list is already gone and is skipped;
+  * then all of the flow's step_tasks, step_states, runs, deps, steps and the flow row are deleted, and every
+    resolved queue is dropped with its archive by pgmq.drop_queue(listed spelling), which also removes that
+    spelling's metadata. Messages are not archived one by one before their queue is dropped;
+  * any failing PGMQ call fails the function, so the caller's transaction rolls back as a whole;
+  * calls for one normalized slug are serialised with create_flow and ensure_flow_compiled by the
+    transaction-level advisory lock (1, hashtext(lower(p_flow_slug)));
+  * destructive and irreversible; meant for development and for recompiling a changed flow. Workers rows are
+    not touched. An unknown flow is not an error and touches no queue.
+$doc$;
+comment on function pgflow.get_run_with_states(run_id uuid) is $doc$
+pgflow.get_run_with_states(run_id) guarantees: one consistent read of a run and all its step states as
+{"run": <runs row as jsonb>, "steps": [<step_states rows as jsonb>, ...]}, the steps in step_index order
+([] when the flow has no steps); keys are the column names. Returns SQL NULL for an unknown run_id.
+Changes nothing. SECURITY DEFINER so an operator can grant API users this one function instead of the tables.
+$doc$;
+comment on function pgflow.heartbeat_worker(worker_id uuid) is $doc$
+pgflow.heartbeat_worker(worker_id) guarantees: records that the worker is alive (last_heartbeat_at =
+clock_timestamp()) and returns true when the worker has been deprecated and should finish its in-flight work and
+exit, false otherwise. An unregistered worker_id raises (SQLSTATE P0002) naming the id, so the worker can
+register again instead of heartbeating into nothing.
+$doc$;
+comment on function pgflow.is_local() is $doc$
+pgflow.is_local() guarantees: true exactly when this session runs against a local development database, which
+pgflow-go recognises in two ways:
+  * the custom setting pgflow.environment is 'local' (set by `pgflow dev` / the demo, or by an operator with
+    `alter database ... set pgflow.environment = 'local'`);
+  * the setting app.settings.jwt_secret holds the fixed JWT secret of a local Supabase CLI stack (as pgflow does).
+Missing settings count as "not local". Used by ensure_flow_compiled to allow destructive recompilation.
+$doc$;
+comment on function pgflow.mark_worker_stopped(worker_id uuid) is $doc$
+pgflow.mark_worker_stopped(worker_id) guarantees: the worker is recorded as gone after a graceful shutdown:
+stopped_at and last_heartbeat_at become one and the same clock_timestamp(), and deprecated_at is set to it too
+unless an operator set it earlier (so no keep-alive logic counts the worker as alive). An unknown worker_id
+changes nothing.
+$doc$;
+comment on function pgflow.maybe_complete_run(run_id uuid) is $doc$
+pgflow.maybe_complete_run(run_id) guarantees: a 'started' run whose remaining_steps is 0 becomes 'completed'
+(completed_at now) with output = {<leaf step slug>: <stored step output>} over the leaf steps (no dependents)
+that completed (skipped leaves are absent; NULL when no leaf completed), and run:completed is emitted. Outputs
+are copied as stored, so 0, false, "" and null stay exactly that. A run that is already completed or failed,
+or still has steps left, is not touched (upstream only excluded 'completed').
+$doc$;
+comment on function pgflow.poll_for_tasks(queue_name text, vt integer, qty integer, max_poll_seconds integer, poll_interval_ms integer) is $doc$
+pgflow.poll_for_tasks(...) guarantees: nothing. It is a deprecated stub kept so that very old workers calling it
+get a NOTICE telling them to upgrade instead of an "undefined function" error; it returns no rows and changes
+nothing. Current workers read with pgmq.read_with_poll and claim with pgflow.start_tasks.
+$doc$;
+comment on function pgflow.register_worker(worker_id uuid, queue_name text, function_name text) is $doc$
+pgflow.register_worker(worker_id, queue_name, function_name) guarantees: a workers row for worker_id exists
+afterwards and describes a live worker: queue_name and function_name as given, started_at and
+last_heartbeat_at = clock_timestamp(), deprecated_at and stopped_at NULL (registering again starts a new life
+of the same id). Returns the row. Must run before the worker claims tasks (step_tasks.last_worker_id references
+it).
+$doc$;
+comment on function pgflow.requeue_stalled_tasks() is $doc$
+pgflow.requeue_stalled_tasks() guarantees (run periodically by one worker per database, under an advisory lock;
+safe to run concurrently with itself and with callbacks):
+  * a task is stalled when it is 'started', not given up, its run and step are still 'started', and it started
+    more than the effective step timeout (steps.opt_timeout, else flows.opt_timeout) + 30 seconds ago (upstream
+    pgflow used only the flow timeout);
+  * a stalled task requeued fewer than 3 times goes back to 'queued' (started_at and last_worker_id cleared,
+    requeued_count + 1, last_requeued_at now; attempts_count kept) and its message becomes visible at once,
+    in the queue the task stored (step_tasks.queue_name; one set_vt_batch call per queue);
+    rows locked by someone else are skipped (FOR UPDATE SKIP LOCKED) and picked up on a later call;
+  * a stalled task already requeued 3 times is given up: permanently_stalled_at is set and it fails through
+    the ordinary failure path, pgflow.fail_task, as an exhausted task, so its step and run fail, or the step is
+    skipped per when_exhausted (upstream pgflow left such runs 'started' forever);
+  * returns the number of tasks requeued (not counting the ones given up);
+  * any timeout the tables accept works, up to 2147483647 s: the threshold is computed in bigint, so one flow
+    with an absurd timeout cannot make every call fail with "integer out of range" (v0.17.0 did).
+$doc$;
+comment on function pgflow.set_vt_batch(queue_name text, msg_ids bigint[], vt_offsets integer[]) is $doc$
+pgflow.set_vt_batch(queue_name, msg_ids, vt_offsets) guarantees: for each pair (msg_ids[i], vt_offsets[i]) the
+message in queue queue_name becomes invisible until clock_timestamp() + vt_offsets[i] seconds (0 = visible now),
+in one statement; read_ct is unchanged. Returns the updated messages; ids not in the queue are not returned.
+NULL or empty arrays change nothing and return no rows. Arrays of different lengths raise
+'msg_ids length (<a>) must equal vt_offsets length (<b>)'; an unknown queue raises
+'relation "pgmq.q_<name>" does not exist' (42P01). PGMQ has no batch set_vt, so this is one of the two places
+that update a PGMQ queue table directly (the table name comes from pgmq.format_table_name, which validates it).
+$doc$;
+comment on function pgflow.start_flow(flow_slug text, input jsonb, run_id uuid) is $doc$
+pgflow.start_flow(flow_slug, input, run_id) guarantees:
+  * a flow with root map steps only starts with an array input: SQL NULL raises
+    'Flow <slug> has root map steps but input is NULL', any other JSON type raises
+    'Flow <slug> has root map steps but input is not an array (got <type>)' (P0001), before anything is written;
+  * one run row (run_id = the given one, else random; remaining_steps = number of steps) and one 'created'
+    step state per step (remaining_deps = deps_count; initial_tasks = 1 for single steps, the input array length
+    for root maps, NULL for dependent maps until their parent completes) are written in this transaction;
+  * run:started is emitted, then conditions of ready steps are resolved (a 'fail' condition fails the run and no
+    task is ever created), taskless steps complete, ready steps start (tasks and messages are created) and the
+    run completes if nothing is left (e.g. a flow without steps);
+  * returns the run row as it is at the end ('started', 'completed' or 'failed').
+A start waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow.
+Errors: unknown flow -> runs_flow_slug_fkey; an existing run_id -> runs_pkey (a retried start with the same
+run_id therefore never creates a second run); NULL input without root maps -> not-null violation on runs.input.
+$doc$;
+comment on function pgflow.start_flow_with_states(flow_slug text, input jsonb, run_id uuid) is $doc$
+pgflow.start_flow_with_states(flow_slug, input, run_id) guarantees: exactly pgflow.start_flow (same checks,
+same errors, same effects), then returns pgflow.get_run_with_states of the new run, i.e.
+{"run": <run row>, "steps": [<step state rows>]} as it is at the end of the start. SECURITY DEFINER so an
+operator can grant API users this one function instead of the tables.
+$doc$;
+comment on function pgflow.start_flows(flow_slug text, inputs jsonb[], run_ids uuid[]) is $doc$
+pgflow.start_flows(flow_slug, inputs, run_ids) starts one run per element of inputs in one call (one
+transaction). It guarantees:
+  * for every input exactly what pgflow.start_flow(flow_slug, inputs[i], run_ids[i]) guarantees: the run row
+    (run_id = run_ids[i] when given, else random; remaining_steps = number of steps) and one 'created' step
+    state per step, run:started, conditions resolved (flows with condition patterns resolve them run by run,
+    with the same functions start_flow calls), taskless steps completed, ready steps started with tasks and
+    messages, and the run completed when nothing is left;
+  * set-based work: one INSERT for all runs, one for all step states, and the ready steps of all runs start
+    through pgflow._start_ready_steps_batch (one pgmq.send_batch per queue and delay), finished runs complete
+    through pgflow._maybe_complete_runs; events of one run keep start_flow's order;
+  * a flow with root map steps needs an array input for every run: SQL NULL raises
+    'Flow <slug> has root map steps but input <n> is NULL', any other JSON type raises
+    'Flow <slug> has root map steps but input <n> is not an array (got <type>)' (P0001, n counting from 1),
+    before anything is written;
+  * run_ids, when not NULL, must have one element per input (NULL elements mean random ids), else an error
+    names both lengths; an existing or repeated run id fails the whole call (runs_pkey), an unknown flow fails
+    it with runs_flow_slug_fkey, a NULL input of a flow without root maps with the not-null violation on
+    runs.input - the call is atomic: all runs start or none;
+  * waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow;
+  * returns the run rows as they are at the end, in the order of inputs; NULL or empty inputs start nothing.
+$doc$;
+comment on function pgflow.start_ready_steps(run_id uuid) is $doc$
+pgflow.start_ready_steps(run_id) guarantees:
+  * nothing happens unless the run is 'started';
+  * every step state of the run that is 'created' with remaining_deps 0 and initial_tasks > 0 becomes 'started'
+    (started_at now, remaining_tasks = initial_tasks), exactly once even when called concurrently;
+  * per started step, in step_index order: step:started is emitted, one message per task
+    {"flow_slug", "run_id", "step_slug", "task_index"} is sent with one pgmq.send_batch call to the step's queue
+    (steps.queue_name), delayed by the step's opt_start_delay seconds (NULL = 0), and one 'queued' step_tasks
+    row per message is written with its message_id and that same queue_name (task_index 0 .. initial_tasks-1,
+    paired with the message carrying that index); no queue is created here (no DDL);
+  * after sending undelayed messages, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers listening for
+    that queue (since v0.18.0);
+  * steps with initial_tasks NULL (dependent maps whose parent has not completed) or 0 (taskless, completed by
+    cascade_complete_taskless_steps) are never started here. Conditions are not evaluated here: callers resolve
+    them first (cascade_resolve_conditions / cascade_complete_taskless_steps).
+$doc$;
+comment on function pgflow.start_tasks(flow_slug text, msg_ids bigint[], worker_id uuid, queue_name text) is $doc$
+pgflow.start_tasks(flow_slug, msg_ids, worker_id, queue_name) guarantees (phase 2 of polling, after pgmq.read*):
+  * queue_name is the queue the worker actually read msg_ids from; NULL (a v0.16.0 worker calling with three
+    arguments) means the flow's default queue, pgflow._default_queue_name(flow_slug). It is compared in lower
+    case, the canonical form tasks store;
+  * claims exactly the tasks whose stored identity (step_tasks.queue_name, message_id) is (that queue, one of
+    msg_ids), that belong to flow_slug, are 'queued', and whose run and step are 'started'; each claimed task
+    becomes 'started' (attempts_count + 1, started_at now, last_worker_id = worker_id, which must be a row of
+    pgflow.workers). The message body is never read: it does not authorise a claim;
+  * everything else named in msg_ids is left untouched - a task that is already started (not claimed again, no
+    attempt consumed), terminal or otherwise ineligible, a task of another flow, or an id no task has in that
+    queue: no row changes, no message is archived, deleted or made visible earlier or later;
+  * a task is claimed at most once: rows are locked with FOR UPDATE SKIP LOCKED and re-checked, so of two
+    concurrent calls naming the same ids each task goes to one caller only, and only rows this call actually
+    claimed are returned. No PGMQ row is locked;
+  * every claimed message's visibility is set to the effective step timeout (steps.opt_timeout, else
+    flows.opt_timeout) + 2 seconds from now, at most 2147483647 s (a timeout near the integer limit cannot make
+    the claim fail with "integer out of range", as in v0.17.0), in the queue the task stored (one set_vt_batch
+    call per queue);
+  * returns one step_task_record per claimed task, ordered by msg_id: input = the element task_index of the run
+    input (root map), of the dependency's stored output (dependent map), or {<dep_slug>: <output>} over the
+    completed dependencies ({} for root steps); flow_input = the run input for single steps without
+    dependencies, NULL otherwise;
+  * the cost of a claim grows with the number of msg_ids only, never with the number of queued tasks, whatever the
+    planner's statistics say: each id is looked up by the unique key (queue_name, message_id) and each row is then
+    locked and updated by its physical address (since v0.19.0; stale statistics made v0.18.0 quadratic);
+  * NULL or empty msg_ids claim nothing and return nothing.
+$doc$;
+comment on function pgflow.track_worker_function(function_name text) is $doc$
+pgflow.track_worker_function(function_name) guarantees: a worker_functions row for function_name exists
+afterwards; a new row gets the table defaults, an existing one only has updated_at refreshed to
+clock_timestamp() (enabled, debounce and last_invoked_at are left alone).
+$doc$;
+-- end generated
