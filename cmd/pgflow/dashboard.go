@@ -21,6 +21,7 @@ const dashboardTokenEnv = "PGFLOW_DASHBOARD_TOKEN"
 
 func newDashboardCmd(g *globalOptions) *cobra.Command {
 	var listen, token, metricsListen string
+	var allowedHosts []string
 	var staleAfter time.Duration
 	cmd := &cobra.Command{
 		Use:   "dashboard",
@@ -35,16 +36,29 @@ It listens on 127.0.0.1:8080 by default. To listen on any other interface it nee
 $` + dashboardTokenEnv + `); with a token, every request must carry it, as "Authorization: Bearer <token>" or
 by opening a page once with ?token=<token>, which sets a session cookie.
 
+Without a token, requests must name the server by a loopback name (localhost, a name under .localhost,
+127.0.0.1, [::1]) in their Host header; others get 403, which keeps web pages from reading the dashboard
+through DNS rebinding. --allowed-host NAME (repeatable) accepts another name, e.g. the one a local reverse
+proxy or /etc/hosts entry uses.
+
 --metrics-listen ADDR also serves Prometheus metrics at http://ADDR/metrics: runs by status, queue depth and
 workers, read from the database at each scrape (docs/observability.md). The same token rule applies.`,
 		Example: `  pgflow dashboard --database-url postgres://localhost/app
   PGFLOW_DASHBOARD_TOKEN=s3cret pgflow dashboard --listen 0.0.0.0:8080
-  pgflow dashboard --metrics-listen 127.0.0.1:9464`,
+  pgflow dashboard --metrics-listen 127.0.0.1:9464
+  pgflow dashboard --allowed-host dash.internal`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			url, err := g.requireURL()
 			if err != nil {
 				return err
+			}
+			if !cmd.Flags().Changed("auth-token") {
+				token = os.Getenv(dashboardTokenEnv)
+			}
+			hosts, err := dashboard.NormalizeAllowedHosts(allowedHosts)
+			if err != nil {
+				return fmt.Errorf("--allowed-host: %w", err)
 			}
 			if err := dashboard.CheckListenAddr(listen, token); err != nil {
 				return err
@@ -53,7 +67,7 @@ workers, read from the database at each scrape (docs/observability.md). The same
 				return err
 			}
 			return runDashboard(cmd.Context(), dashboardOptions{
-				url: url, listen: listen, token: token, staleAfter: staleAfter,
+				url: url, listen: listen, token: token, allowedHosts: hosts, staleAfter: staleAfter,
 				log: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
 				ready: func(addr string) {
 					fmt.Fprintf(cmd.OutOrStdout(), "pgflow dashboard on http://%s/\n", addr)
@@ -66,8 +80,11 @@ workers, read from the database at each scrape (docs/observability.md). The same
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "address to serve on (host:port)")
-	cmd.Flags().StringVar(&token, "auth-token", os.Getenv(dashboardTokenEnv),
+	// Not os.Getenv as the default: --help would print the token.
+	cmd.Flags().StringVar(&token, "auth-token", "",
 		"require this token on every request (default: $"+dashboardTokenEnv+")")
+	cmd.Flags().StringArrayVar(&allowedHosts, "allowed-host", nil,
+		"without a token, also serve requests for this host name besides localhost/127.0.0.1/[::1] (repeatable)")
 	cmd.Flags().DurationVar(&staleAfter, "stale-after", 30*time.Second,
 		"a running worker without a heartbeat for longer is shown as unresponsive")
 	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "",
@@ -77,6 +94,7 @@ workers, read from the database at each scrape (docs/observability.md). The same
 
 type dashboardOptions struct {
 	url, listen, token string
+	allowedHosts       []string // normalized with dashboard.NormalizeAllowedHosts
 	staleAfter         time.Duration
 	log                *slog.Logger
 	ready              func(addr string)
@@ -105,14 +123,15 @@ func runDashboard(ctx context.Context, o dashboardOptions) error {
 		return fmt.Errorf("connect to %s:%d/%s: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
 	}
 
-	dash, err := dashboard.New(dashboard.Config{Pool: pool, Token: o.token, Logger: o.log, StaleAfter: o.staleAfter})
+	dash, err := dashboard.New(dashboard.Config{Pool: pool, Token: o.token, AllowedHosts: o.allowedHosts,
+		Logger: o.log, StaleAfter: o.staleAfter})
 	if err != nil {
 		return err
 	}
 	defer dash.Close()
 
 	if o.metricsListen != "" {
-		ms, err := startMetricsServer(o.metricsListen, o.token, pool, o.staleAfter, o.log)
+		ms, err := startMetricsServer(o.metricsListen, o.token, o.allowedHosts, pool, o.staleAfter, o.log)
 		if err != nil {
 			return err
 		}

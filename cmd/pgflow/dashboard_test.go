@@ -110,3 +110,77 @@ func TestDashboardServes(t *testing.T) {
 		t.Fatal("dashboard did not stop after cancel")
 	}
 }
+
+// Without a token the command serves only requests for loopback names and the --allowed-host names; the
+// metrics server follows the same rule.
+func TestDashboardAllowedHostFlag(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+
+	r := runCLI(t, "", "dashboard", "--database-url", db.URL, "--auth-token", "", "--allowed-host", "http://dash.internal/")
+	require.ErrorContains(t, r.err, `--allowed-host: dashboard: allowed host "http://dash.internal/" is not a host name`)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	root := newRootCmd()
+	out := &syncBuffer{}
+	root.SetOut(out)
+	root.SetErr(out)
+	root.SetArgs([]string{"dashboard", "--database-url", db.URL, "--auth-token", "", "--listen", "127.0.0.1:0",
+		"--metrics-listen", "127.0.0.1:0", "--allowed-host", "dash.internal", "--allowed-host", "Other.Example:8080"})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	addr := func(prefix, suffix string) string {
+		deadline := time.Now().Add(waitLimit)
+		for time.Now().Before(deadline) {
+			for _, line := range strings.Split(out.String(), "\n") {
+				if a, ok := strings.CutPrefix(line, prefix); ok {
+					return strings.TrimSuffix(a, suffix)
+				}
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("dashboard stopped: %v\n%s", err, out.String())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		t.Fatalf("no %q line in:\n%s", prefix, out.String())
+		return ""
+	}
+	dash := addr("pgflow dashboard on http://", "/")
+	metrics := addr("metrics on http://", "/metrics")
+
+	get := func(url, host string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		require.NoError(t, err)
+		req.Host = host
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		body, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res.StatusCode, string(body)
+	}
+	for _, host := range []string{dash, "localhost", "dash.internal", "dash.internal:8080", "other.example"} {
+		status, body := get("http://"+dash+"/flows", host)
+		require.Equal(t, http.StatusOK, status, "Host %q: %s", host, body)
+	}
+	status, body := get("http://"+dash+"/flows", "evil.example")
+	require.Equal(t, http.StatusForbidden, status)
+	require.Contains(t, body, `refused host "evil.example"`)
+	require.Contains(t, body, "--allowed-host evil.example")
+
+	status, _ = get("http://"+metrics+"/metrics", "dash.internal")
+	require.Equal(t, http.StatusOK, status)
+	status, body = get("http://"+metrics+"/metrics", "evil.example:9464")
+	require.Equal(t, http.StatusForbidden, status)
+	require.Contains(t, body, `refused host "evil.example:9464"`)
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(waitLimit):
+		t.Fatal("dashboard did not stop after cancel")
+	}
+}

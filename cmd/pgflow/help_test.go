@@ -41,3 +41,40 @@ func TestEveryCommandHasHelpWithAnExample(t *testing.T) {
 		require.Contains(t, r.stdout, "Usage:", strings.Join(args, " "))
 	}
 }
+
+// No --help of any command prints a secret from the environment: not the password in $DATABASE_URL, not the
+// dashboard token in $PGFLOW_DASHBOARD_TOKEN (flag defaults used to be their values).
+func TestHelpNeverPrintsSecrets(t *testing.T) {
+	const password, token = "hunter2-db-password", "tok-3f9a-dashboard-secret"
+	t.Setenv("DATABASE_URL", "postgres://alice:"+password+"@db.example:5432/app")
+	t.Setenv(dashboardTokenEnv, token)
+	var paths [][]string
+	var walk func(c *cobra.Command, path []string)
+	walk = func(c *cobra.Command, path []string) {
+		paths = append(paths, path)
+		for _, sub := range c.Commands() {
+			walk(sub, append(append([]string(nil), path...), sub.Name()))
+		}
+	}
+	walk(newRootCmd(), nil)
+	require.GreaterOrEqual(t, len(paths), 12)
+	for _, path := range paths {
+		for _, helpArg := range []string{"--help", "-h"} {
+			args := append(append([]string(nil), path...), helpArg)
+			r := runCLI(t, "", args...)
+			require.NoError(t, r.err, strings.Join(args, " "))
+			all := r.stdout + r.stderr
+			require.NotContains(t, all, password, "pgflow %s", strings.Join(args, " "))
+			require.NotContains(t, all, token, "pgflow %s", strings.Join(args, " "))
+			if strings.Contains(all, "--database-url") {
+				require.Contains(t, all, "(default: $DATABASE_URL)", "pgflow %s", strings.Join(args, " "))
+			}
+		}
+	}
+	// The variables still supply the values when a command runs (this one fails to connect: port 1).
+	t.Setenv("DATABASE_URL", "postgres://alice:"+password+"@127.0.0.1:1/app?connect_timeout=5")
+	r := runCLI(t, "", "flows")
+	require.Error(t, r.err)
+	require.Contains(t, r.err.Error(), "127.0.0.1:1/app", "the command used $DATABASE_URL")
+	require.NotContains(t, r.err.Error()+r.stdout+r.stderr, password)
+}

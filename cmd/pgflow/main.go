@@ -47,8 +47,16 @@ Start with 'pgflow demo' to see a flow run on a throwaway database.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVar(&opts.databaseURL, "database-url", os.Getenv("DATABASE_URL"),
+	// The flag's default is not $DATABASE_URL's value, which would print the password in every --help; the
+	// environment variable is read when a command runs.
+	root.PersistentFlags().StringVar(&opts.databaseURL, "database-url", "",
 		"PostgreSQL connection URL (default: $DATABASE_URL)")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if f := cmd.Flag("database-url"); f != nil && !f.Changed {
+			opts.databaseURL = os.Getenv("DATABASE_URL")
+		}
+		return nil
+	}
 	root.AddCommand(
 		newMigrateCmd(opts),
 		newSnippetCmd(),

@@ -40,8 +40,9 @@ func checkMetricsListen(addr, token string) error {
 }
 
 // startMetricsServer listens on addr and serves /metrics. With a token, scrapes must send
-// "Authorization: Bearer <token>".
-func startMetricsServer(addr, token string, pool *pgxpool.Pool, staleAfter time.Duration, log *slog.Logger,
+// "Authorization: Bearer <token>"; without one, their Host header must be a loopback name or one of
+// allowedHosts (normalized with dashboard.NormalizeAllowedHosts), as for the dashboard.
+func startMetricsServer(addr, token string, allowedHosts []string, pool *pgxpool.Pool, staleAfter time.Duration, log *slog.Logger,
 	extra ...prometheus.Collector) (*metricsServer, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
@@ -56,12 +57,16 @@ func startMetricsServer(addr, token string, pool *pgxpool.Pool, staleAfter time.
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", requireBearer(token, pgflowprom.Handler(reg)))
+	var handler http.Handler = mux
+	if token == "" {
+		handler = dashboard.RequireKnownHost(allowedHosts, mux)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
 	}
 	m := &metricsServer{
-		srv:    &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		srv:    &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second},
 		ln:     ln,
 		served: make(chan error, 1),
 	}

@@ -94,7 +94,7 @@ func TestMetricsServerRegistersExtraCollectors(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	worker := pgflowprom.New(pgflowprom.Options{})
-	ms, err := startMetricsServer("127.0.0.1:0", "", db.Pool, time.Minute, slog.New(slog.NewTextHandler(io.Discard, nil)), worker)
+	ms, err := startMetricsServer("127.0.0.1:0", "", nil, db.Pool, time.Minute, slog.New(slog.NewTextHandler(io.Discard, nil)), worker)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, ms.Close()) }()
 	worker.TaskStarted(context.Background(), taskEventFor("f", "s"))
@@ -106,7 +106,7 @@ func TestMetricsServerRegistersExtraCollectors(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.True(t, strings.Contains(string(body), `pgflow_tasks_in_flight{flow="f",queue="f",step="s"} 1`), string(body))
 
-	_, err = startMetricsServer(ms.Addr(), "", db.Pool, time.Minute, slog.Default())
+	_, err = startMetricsServer(ms.Addr(), "", nil, db.Pool, time.Minute, slog.Default())
 	require.ErrorContains(t, err, "metrics: listen on "+ms.Addr())
 }
 

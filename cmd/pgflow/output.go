@@ -149,6 +149,59 @@ type runView struct {
 	run       *pgflow.Run
 	tasks     []sqlapi.TaskRow // nil when not read
 	stepTypes map[string]string
+	// echoLimit, when positive, leaves an input longer than this many bytes out of the --json document (runs
+	// start: the caller has the input; echoing 50 MB back helps no one). The text view always shows a preview.
+	echoLimit int
+}
+
+// Input echo limits: the text view shows at most inputPreviewChars characters of a run's input; runs start
+// --json leaves an input longer than startInputJSONLimit bytes out (input null, input_bytes its size).
+const (
+	inputPreviewChars   = 200
+	startInputJSONLimit = 4 << 10
+)
+
+// inputPreview is the run input for the text view: compact JSON, cut after inputPreviewChars characters with
+// a note that says so, how long the input is, and how to see all of it.
+func inputPreview(runID string, raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "null"
+	}
+	prefix, cut := compactPrefix(raw, inputPreviewChars)
+	if !cut {
+		return prefix
+	}
+	return fmt.Sprintf("%s… (truncated: the input has %d bytes; 'pgflow runs show %s --json' prints it whole)",
+		prefix, len(raw), runID)
+}
+
+// compactPrefix returns the first max characters of the JSON document raw without the whitespace between
+// tokens, and whether raw goes on after them. It reads only as much of raw as it returns, so a preview of a
+// large document costs little.
+func compactPrefix(raw []byte, max int) (string, bool) {
+	var b strings.Builder
+	inString, escaped, n := false, false, 0
+	for i := 0; i < len(raw); {
+		r, size := utf8.DecodeRune(raw[i:])
+		i += size
+		if !inString && (r == ' ' || r == '\t' || r == '\n' || r == '\r') {
+			continue
+		}
+		if n == max {
+			return b.String(), true
+		}
+		switch {
+		case escaped:
+			escaped = false
+		case inString && r == '\\':
+			escaped = true
+		case r == '"':
+			inString = !inString
+		}
+		b.WriteRune(r)
+		n++
+	}
+	return b.String(), false
 }
 
 // loadRunView reads a run, its tasks and its flow's step types.
@@ -207,8 +260,9 @@ type runJSON struct {
 	FlowSlug       string          `json:"flow_slug"`
 	Status         string          `json:"status"`
 	Input          json.RawMessage `json:"input"`
-	Output         json.RawMessage `json:"output"` // null unless completed
-	Error          *string         `json:"error"`  // failed runs: the failed steps and their messages
+	InputBytes     *int            `json:"input_bytes,omitempty"` // runs start: the size of an input left out
+	Output         json.RawMessage `json:"output"`                // null unless completed
+	Error          *string         `json:"error"`                 // failed runs: the failed steps and their messages
 	RemainingSteps int             `json:"remaining_steps"`
 	StartedAt      time.Time       `json:"started_at"`
 	CompletedAt    *time.Time      `json:"completed_at"`
@@ -320,6 +374,10 @@ func (v *runView) document(withTasks bool) runJSON {
 	if err := r.Err(); err != nil {
 		doc.Error = strPtr(err.Error())
 	}
+	if v.echoLimit > 0 && len(r.Input) > v.echoLimit {
+		n := len(r.Input)
+		doc.Input, doc.InputBytes = nil, &n
+	}
 	byStep := tasksByStep(v.tasks)
 	for _, s := range r.Steps {
 		sj := stepJSON{
@@ -364,7 +422,7 @@ func (v *runView) writeText(w io.Writer, withTasks bool) {
 	fmt.Fprintf(w, "Flow      %s\n", r.FlowSlug)
 	fmt.Fprintf(w, "Status    %s\n", runStatusText(r))
 	fmt.Fprintf(w, "Started   %s\n", formatTime(r.StartedAt))
-	fmt.Fprintf(w, "Input     %s\n", compactJSON(r.Input))
+	fmt.Fprintf(w, "Input     %s\n", inputPreview(r.ID, r.Input))
 	if r.Status == pgflow.RunCompleted {
 		fmt.Fprintf(w, "Output    %s\n", compactJSON(r.Output))
 	}
@@ -512,17 +570,29 @@ type progressView struct {
 	stepTypes map[string]string
 
 	last      *pgflow.Run
-	drawn     int               // ansi: lines drawn last time
-	seen      map[string]string // plain: last reported state per step
+	drawn     int                   // ansi: lines drawn last time
+	seen      map[string]*plainStep // plain: what was reported per step
 	announced bool
+}
+
+// plainStep is what the plain view has reported about one step. A step moves through its states in one
+// direction (created → started → completed or failed; created → skipped), so comparing a snapshot with this
+// record tells every transition since the last report, even when several happened between two reads.
+type plainStep struct {
+	started bool   // the "started" line is out
+	done    int    // map step: the done count last reported
+	ended   string // the terminal status reported: completed, failed or skipped ("" while not ended)
+	other   string // a status the view does not know, last reported
 }
 
 func newProgressView(w io.Writer, ansi bool, stepTypes map[string]string) *progressView {
 	return &progressView{w: w, ansi: ansi, color: ansi && os.Getenv("NO_COLOR") == "", stepTypes: stepTypes,
-		seen: map[string]string{}}
+		seen: map[string]*plainStep{}}
 }
 
-// update shows a new snapshot of the run.
+// update shows a new snapshot of the run. The plain view prints one line per transition since the previous
+// snapshot: a step that went from created to completed between two reads gets its "started" line and then its
+// "completed" line.
 func (p *progressView) update(run *pgflow.Run) {
 	p.last = run
 	if p.ansi {
@@ -534,39 +604,66 @@ func (p *progressView) update(run *pgflow.Run) {
 		p.announced = true
 	}
 	for _, s := range run.Steps {
-		state, line := p.plainState(s)
-		if state == p.seen[s.StepSlug] {
-			continue
+		seen := p.seen[s.StepSlug]
+		if seen == nil {
+			seen = &plainStep{}
+			p.seen[s.StepSlug] = seen
 		}
-		p.seen[s.StepSlug] = state
-		if line != "" {
+		for _, line := range p.plainLines(s, seen) {
 			fmt.Fprintf(p.w, "  %s\n", line)
 		}
 	}
 }
 
-// plainState returns a key of what the plain view reports about a step and the line that reports it.
-func (p *progressView) plainState(s pgflow.StepState) (string, string) {
+// plainLines returns the lines that report what happened to step s since seen, oldest first, and records them
+// in seen.
+func (p *progressView) plainLines(s pgflow.StepState, seen *plainStep) []string {
+	var lines []string
+	isMap := p.stepTypes[s.StepSlug] == "map"
+	known := true
 	switch s.Status {
-	case pgflow.StepCreated:
-		return "created", ""
-	case pgflow.StepStarted:
-		if p.stepTypes[s.StepSlug] == "map" && s.InitialTasks != nil && s.RemainingTasks != nil {
-			done := *s.InitialTasks - *s.RemainingTasks
-			if done == 0 {
-				return "started", fmt.Sprintf("%s started (%d tasks)", s.StepSlug, *s.InitialTasks)
-			}
-			return fmt.Sprintf("started %d", done), fmt.Sprintf("%s %d/%d tasks done", s.StepSlug, done, *s.InitialTasks)
-		}
-		return "started", s.StepSlug + " started"
-	case pgflow.StepCompleted:
-		return "completed", fmt.Sprintf("%s completed in %s", s.StepSlug, stepTime(s))
-	case pgflow.StepSkipped:
-		return "skipped", fmt.Sprintf("%s skipped (%s)", s.StepSlug, s.SkipReason)
-	case pgflow.StepFailed:
-		return "failed", fmt.Sprintf("%s failed: %s", s.StepSlug, oneLine(s.ErrorMessage, 200))
+	case pgflow.StepCreated, pgflow.StepStarted, pgflow.StepCompleted, pgflow.StepFailed, pgflow.StepSkipped:
+	default:
+		known = false
 	}
-	return string(s.Status), fmt.Sprintf("%s %s", s.StepSlug, s.Status)
+	if !known {
+		if string(s.Status) != seen.other {
+			seen.other = string(s.Status)
+			lines = append(lines, fmt.Sprintf("%s %s", s.StepSlug, s.Status))
+		}
+		return lines
+	}
+	if seen.ended != "" {
+		return nil // a terminal state is final
+	}
+	// Started: the step is started now, or it has a start time (it started and ended since the last read).
+	if !seen.started && (s.Status == pgflow.StepStarted || (s.StartedAt != nil && s.Status != pgflow.StepCreated)) {
+		seen.started = true
+		if isMap && s.InitialTasks != nil {
+			lines = append(lines, fmt.Sprintf("%s started (%d tasks)", s.StepSlug, *s.InitialTasks))
+		} else {
+			lines = append(lines, s.StepSlug+" started")
+		}
+	}
+	switch s.Status {
+	case pgflow.StepStarted:
+		if isMap && s.InitialTasks != nil && s.RemainingTasks != nil {
+			if done := *s.InitialTasks - *s.RemainingTasks; done > seen.done {
+				seen.done = done
+				lines = append(lines, fmt.Sprintf("%s %d/%d tasks done", s.StepSlug, done, *s.InitialTasks))
+			}
+		}
+	case pgflow.StepCompleted:
+		seen.ended = "completed"
+		lines = append(lines, fmt.Sprintf("%s completed in %s", s.StepSlug, stepTime(s)))
+	case pgflow.StepSkipped:
+		seen.ended = "skipped"
+		lines = append(lines, fmt.Sprintf("%s skipped (%s)", s.StepSlug, s.SkipReason))
+	case pgflow.StepFailed:
+		seen.ended = "failed"
+		lines = append(lines, fmt.Sprintf("%s failed: %s", s.StepSlug, oneLine(s.ErrorMessage, 200)))
+	}
+	return lines
 }
 
 // tick refreshes the running times on a terminal; the plain view ignores it.

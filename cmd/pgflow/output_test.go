@@ -139,6 +139,7 @@ func TestProgressViewFailedRunPlain(t *testing.T) {
 	v.update(run)
 	v.finish(run)
 	require.Equal(t, `run 0f8fad5b-d9cb-469f-a165-70867728950e of flow demo: failed
+  each started
   each failed: line one line two
 run failed after 2.00s
 step each failed: line one
@@ -178,4 +179,80 @@ func TestProgressViewNoColor(t *testing.T) {
 	require.Contains(t, out.String(), "\x1b[2K") // still redraws in place
 	require.NotContains(t, out.String(), "\x1b[3")
 	require.NotContains(t, out.String(), ansiReset)
+}
+
+// The plain view prints every transition, also when several happen between two reads of the run: a step that
+// went from created to completed in between gets its "started" line before its "completed" line, and a map
+// step first seen with tasks done still gets "started (N tasks)". (TestDemoWithDatabaseURL used to miss
+// "price started (4 tasks)" whenever the worker was faster than the watcher.)
+func TestProgressViewPlainPrintsEveryTransition(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	started, done := t0.Add(10*time.Millisecond), t0.Add(510*time.Millisecond)
+	lastStart, lastDone := t0.Add(600*time.Millisecond), t0.Add(850*time.Millisecond)
+	types := map[string]string{"each": "map", "last": "single"}
+
+	// Two reads: nothing has started, then everything is done.
+	var out bytes.Buffer
+	v := newProgressView(&out, false, types)
+	v.update(progressRun(pgflow.RunStarted,
+		pgflow.StepState{Status: pgflow.StepCreated},
+		pgflow.StepState{Status: pgflow.StepCreated, RemainingDeps: 1}))
+	final := progressRun(pgflow.RunCompleted,
+		pgflow.StepState{Status: pgflow.StepCompleted, InitialTasks: intp(4), RemainingTasks: intp(0), StartedAt: &started, CompletedAt: &done},
+		pgflow.StepState{Status: pgflow.StepCompleted, StartedAt: &lastStart, CompletedAt: &lastDone})
+	v.update(final)
+	v.update(final) // the same snapshot again prints nothing
+	require.Equal(t, `run 0f8fad5b-d9cb-469f-a165-70867728950e of flow demo: started
+  each started (4 tasks)
+  each completed in 500ms
+  last started
+  last completed in 250ms
+`, out.String())
+
+	// First read in the middle of the map: its start is reported before its progress, and a later read with
+	// fewer tasks done (cannot happen, but must not print backwards progress) prints nothing.
+	out.Reset()
+	v = newProgressView(&out, false, types)
+	v.update(progressRun(pgflow.RunStarted,
+		pgflow.StepState{Status: pgflow.StepStarted, InitialTasks: intp(4), RemainingTasks: intp(1), StartedAt: &started},
+		pgflow.StepState{Status: pgflow.StepCreated, RemainingDeps: 1}))
+	v.update(progressRun(pgflow.RunStarted,
+		pgflow.StepState{Status: pgflow.StepStarted, InitialTasks: intp(4), RemainingTasks: intp(2), StartedAt: &started},
+		pgflow.StepState{Status: pgflow.StepCreated, RemainingDeps: 1}))
+	v.update(final)
+	require.Equal(t, `run 0f8fad5b-d9cb-469f-a165-70867728950e of flow demo: started
+  each started (4 tasks)
+  each 3/4 tasks done
+  each completed in 500ms
+  last started
+  last completed in 250ms
+`, out.String())
+
+	// The very first read already shows the end: every step's whole history is printed, in order. A step
+	// skipped without starting gets only its skip line.
+	out.Reset()
+	v = newProgressView(&out, false, types)
+	v.update(progressRun(pgflow.RunCompleted,
+		pgflow.StepState{Status: pgflow.StepCompleted, InitialTasks: intp(0), RemainingTasks: intp(0), StartedAt: &started, CompletedAt: &done},
+		pgflow.StepState{Status: pgflow.StepSkipped, SkipReason: "condition_unmet"}))
+	require.Equal(t, `run 0f8fad5b-d9cb-469f-a165-70867728950e of flow demo: completed
+  each started (0 tasks)
+  each completed in 500ms
+  last skipped (condition_unmet)
+`, out.String())
+}
+
+func TestInputPreview(t *testing.T) {
+	t.Parallel()
+	const id = "0f8fad5b-d9cb-469f-a165-70867728950e"
+	require.Equal(t, `{"a":[1,2],"b":"x  y"}`, inputPreview(id, json.RawMessage("{\"a\": [1,\n 2], \"b\": \"x  y\"}")))
+	require.Equal(t, "null", inputPreview(id, nil))
+	long := json.RawMessage(`["` + strings.Repeat("ä", 300) + `"]`)
+	got := inputPreview(id, long)
+	require.True(t, strings.HasPrefix(got, `["`+strings.Repeat("ä", inputPreviewChars-2)+"… (truncated: the input has 604 bytes; "), got)
+	require.True(t, strings.HasSuffix(got, "'pgflow runs show "+id+" --json' prints it whole)"), got)
+	// Exactly the limit is not cut.
+	exact := json.RawMessage(`"` + strings.Repeat("x", inputPreviewChars-2) + `"`)
+	require.Equal(t, string(exact), inputPreview(id, exact))
 }

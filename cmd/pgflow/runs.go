@@ -71,7 +71,9 @@ With --run-id the start is idempotent: if a run of FLOW with that id exists, it 
 another one. With --wait the command waits until the run completed or failed (at most --timeout, if set), prints
 its final state and exits with status 1 if the run failed.
 
---json prints the run as a JSON document (ids as strings; see 'pgflow runs show --help').`,
+--json prints the run as a JSON document (ids as strings; see 'pgflow runs show --help'). The input is not
+echoed back whole: the text shows at most its first 200 characters, and --json leaves an input of more than
+4 KiB out ("input": null, "input_bytes": its size); 'pgflow runs show RUN_ID --json' prints it.`,
 		Example: `  pgflow runs start greet --input '{"names": ["ada", "linus"]}'
   pgflow runs start greet --input @input.json --wait --json
   echo '[1, 2, 3]' | pgflow runs start square_all --input - --wait
@@ -127,6 +129,7 @@ its final state and exits with status 1 if the run failed.
 			if err != nil {
 				return err
 			}
+			view.echoLimit = startInputJSONLimit // the caller has the input: no 50 MB echo
 			if err := printRun(cmd.OutOrStdout(), view, asJSON, false); err != nil {
 				return err
 			}
@@ -191,9 +194,10 @@ func newRunsShowCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show RUN_ID",
 		Short: "Show a run and the state of its steps",
-		Long: `Show one run: its status, input and output, and for every step its status, tasks (done/total), attempts,
-time and a detail (the output of a completed step, the reason a step was skipped, the error of a failed one, the
-last error of a step that is retrying, or what a waiting step waits for). Full error messages follow the table.
+		Long: `Show one run: its status, input (at most its first 200 characters; --json has all of it) and output, and
+for every step its status, tasks (done/total), attempts, time and a detail (the output of a completed step,
+the reason a step was skipped, the error of a failed one, the last error of a step that is retrying, or what a
+waiting step waits for). Full error messages follow the table.
 --tasks adds one line per task (status, attempts, PGMQ queue/message id, worker, error).
 
 --json prints a document with stable snake_case fields: run_id, flow_slug, status, input, output (null unless

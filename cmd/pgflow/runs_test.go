@@ -310,3 +310,41 @@ func TestWatchRunWithoutNotificationsPolls(t *testing.T) {
 	require.JSONEq(t, `{"sum": 13}`, string(final.Output))
 	require.Contains(t, out.String(), "sum completed in ")
 }
+
+// runs start does not echo a large input back: the text shows a short preview marked as cut, --json leaves the
+// input out and gives its size, and runs show --json still has all of it.
+func TestRunsStartDoesNotEchoALargeInput(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	compileFlow(t, db.Pool, failingFlow("big")) // no worker: the run just starts
+	blob := strings.Repeat("ab", 512<<10)       // 1 MiB
+	file := filepath.Join(t.TempDir(), "input.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"blob": "`+blob+`"}`), 0o600))
+	size := len(`{"blob": "` + blob + `"}`)
+
+	out := mustCLI(t, "--database-url", db.URL, "runs", "start", "big", "--input", "@"+file)
+	require.Less(t, len(out), 4<<10, "runs start printed %d bytes", len(out))
+	require.NotContains(t, out, strings.Repeat("ab", 200))
+	require.Contains(t, out, `Input     {"blob":"abab`)
+	require.Regexp(t, `… \(truncated: the input has \d+ bytes; 'pgflow runs show [0-9a-f-]{36} --json' prints it whole\)`, out)
+
+	out = mustCLI(t, "--database-url", db.URL, "runs", "start", "big", "--input", "@"+file, "--json")
+	require.Less(t, len(out), 8<<10, "runs start --json printed %d bytes", len(out))
+	doc := decodeJSON[runJSON](t, out)
+	require.Equal(t, "null", string(doc.Input))
+	require.NotNil(t, doc.InputBytes)
+	require.GreaterOrEqual(t, *doc.InputBytes, size-1) // as the database stores it (jsonb re-spaces)
+
+	// show --json prints the whole input; the text of show has the preview too.
+	shown := decodeJSON[runJSON](t, mustCLI(t, "--database-url", db.URL, "runs", "show", doc.RunID, "--json"))
+	require.JSONEq(t, `{"blob": "`+blob+`"}`, string(shown.Input))
+	require.Nil(t, shown.InputBytes)
+	require.Less(t, len(mustCLI(t, "--database-url", db.URL, "runs", "show", doc.RunID)), 4<<10)
+
+	// A small input is still shown whole.
+	out = mustCLI(t, "--database-url", db.URL, "runs", "start", "big", "--input", `{"n": 1}`)
+	require.Contains(t, out, `Input     {"n":1}`+"\n")
+	doc = decodeJSON[runJSON](t, mustCLI(t, "--database-url", db.URL, "runs", "start", "big", "--input", `{"n": 2}`, "--json"))
+	require.JSONEq(t, `{"n": 2}`, string(doc.Input))
+	require.Nil(t, doc.InputBytes)
+}
