@@ -31,7 +31,8 @@ func findChromium(t *testing.T) string {
 		return "/usr/bin/chromium"
 	}
 	t.Fatal("Chromium is not installed, and the dashboard's browser tests need it: " +
-		"install it with `apt-get install chromium` (Debian) or run `bash .ci/run`, which installs it")
+		"install it with `apt-get install -y chromium chromium-driver` (Debian), or run `make test` as root, " +
+		"whose set-up (.ci/setup) installs it")
 	return ""
 }
 
