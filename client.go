@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgflow-go/pgflow/internal/notify"
+	"github.com/pgflow-go/pgflow/internal/pgerr"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
 )
 
@@ -281,7 +282,7 @@ func (c *Client) WaitRun(ctx context.Context, runID string) (*Run, error) {
 			if run.Status.Terminal() {
 				return run, nil
 			}
-		case errors.Is(err, ErrRunNotFound), ctx.Err() != nil, isServerError(err):
+		case errors.Is(err, ErrRunNotFound), ctx.Err() != nil, !retryRead(err):
 			return nil, fmt.Errorf("pgflow: wait run %s: %w", id, errors.Join(err, ctx.Err()))
 		default:
 			// A broken pool connection or similar: try again at the next tick.
@@ -321,22 +322,11 @@ func (c *Client) worthReading(msgs []notify.Message, runID string) bool {
 	return false
 }
 
-// isServerError reports whether err is the server's answer to the request itself, which a retry cannot change.
-// Errors that only say the connection was lost or refused are transient, also when the server sent them: the
-// server shutting down or restarting (57P01-57P05, e.g. `pg_ctl restart -m fast`), connection exceptions (08),
-// insufficient resources such as too many connections (53) and transaction rollbacks (40).
-func isServerError(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	for _, transient := range []string{"57P", "08", "53", "40"} {
-		if strings.HasPrefix(pgErr.Code, transient) {
-			return false
-		}
-	}
-	return true
-}
+// retryRead reports whether a failed read of a run is worth repeating: the same classification of database
+// errors as the worker's (internal/pgerr). Lost or refused connections, the server shutting down or restarting,
+// deadlocks, statement and lock timeouts and resource shortages are transient; the server's answer to the request
+// itself (a missing schema, privileges, a program limit, an internal error) is not.
+func retryRead(err error) bool { return pgerr.Transient(err) }
 
 // Subscribe streams the events of one run. It returns once the client listens for them: every transition
 // committed after Subscribe returns is delivered in commit order, and the channel is closed after the run's

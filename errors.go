@@ -1,9 +1,12 @@
 package pgflow
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Kinds of flow definition errors. Every *DefinitionError wraps exactly one of them, so callers can test with
@@ -61,3 +64,82 @@ func (e *DefinitionError) Error() string {
 
 // Unwrap returns the error kind.
 func (e *DefinitionError) Unwrap() error { return e.Err }
+
+// ErrPermanent is matched (errors.Is) by every error made with Permanent.
+var ErrPermanent = errors.New("permanent failure")
+
+// PermanentError marks a handler error that retrying cannot fix; create it with Permanent.
+type PermanentError struct {
+	Err error // the handler's error
+}
+
+// Permanent wraps err so that the worker fails the task at once, without retry, whatever attempts remain: the
+// task is failed as if its attempts were exhausted and the step's WhenExhausted policy applies (the run fails,
+// or the step is skipped). Permanent(nil) is nil. The message is err's own; errors.Is and errors.As see err
+// through the wrapper, and errors.Is(e, ErrPermanent) reports whether e (or an error it wraps) is permanent.
+//
+// Use it for failures that are the input's fault, not the moment's: a malformed record, an unknown customer, a
+// request the remote side rejected as invalid.
+//
+//	charge := pgflow.Step(f, "charge", func(ctx context.Context, t *pgflow.Task[Order]) (Receipt, error) {
+//		o, err := t.FlowInput(ctx)
+//		if err != nil {
+//			return Receipt{}, err
+//		}
+//		r, err := payments.Charge(ctx, o.Card, o.Amount)
+//		if errors.Is(err, payments.ErrCardDeclined) {
+//			return Receipt{}, pgflow.Permanent(fmt.Errorf("order %d: %w", o.ID, err)) // retrying will not help
+//		}
+//		return r, err // other errors (timeouts, 503s) are retried per MaxAttempts and BaseDelay
+//	})
+//
+// The worker itself treats as permanent a flow input or map element that cannot be decoded into the handler's
+// type, and StepHandle.Output called for a step that is not a declared dependency.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+func (e *PermanentError) Error() string {
+	if e.Err == nil {
+		return ErrPermanent.Error()
+	}
+	return e.Err.Error()
+}
+
+// Unwrap returns the wrapped error.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrPermanent.
+func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
+
+// ErrStepTimeout is matched (errors.Is) by the cause of a handler's context whose step timeout passed
+// (context.Cause(ctx)) and by the error the worker records for such an attempt.
+var ErrStepTimeout = errors.New("step timed out")
+
+// stepTimeoutError is the cause of a handler context whose deadline, the step's timeout, passed.
+type stepTimeoutError struct {
+	step        string
+	taskIndex   int
+	mapStep     bool
+	timeout     time.Duration
+	attempt     int
+	maxAttempts int
+}
+
+func (e *stepTimeoutError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "step %q", e.step)
+	if e.mapStep {
+		fmt.Fprintf(&b, " task %d", e.taskIndex)
+	}
+	fmt.Fprintf(&b, " timed out after %s (attempt %d of %d)", e.timeout, e.attempt, e.maxAttempts)
+	return b.String()
+}
+
+// Is reports whether target is ErrStepTimeout or context.DeadlineExceeded.
+func (e *stepTimeoutError) Is(target error) bool {
+	return target == ErrStepTimeout || target == context.DeadlineExceeded
+}

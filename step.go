@@ -44,7 +44,8 @@ func (h StepHandle[O]) def() *stepDef { return h.d }
 // Output returns this step's output as seen by the task t, which must belong to a step that depends on this one
 // (DependsOn). It returns an error wrapping ErrDependencySkipped (naming the step) when this step was skipped, so
 // its output is absent; ErrNotDependency when t's step does not depend on this step (this includes map tasks,
-// which receive one element instead of their dependency's output); or a decoding error naming the step and O.
+// which receive one element instead of their dependency's output); or a decoding error naming the flow, the steps
+// and O. The last two are Permanent errors: returned by the handler, they fail the task without retry.
 // A JSON null output decodes to the zero value of O.
 func (h StepHandle[O]) Output(t TaskInfo) (O, error) {
 	var zero O
@@ -56,8 +57,9 @@ func (h StepHandle[O]) Output(t TaskInfo) (O, error) {
 		return zero, fmt.Errorf("pgflow: output of step %q requested outside a running task: %w", h.d.slug, ErrNotDependency)
 	}
 	if st.step.stepType == stepTypeMap || !st.step.dependsOn(h.d) {
-		return zero, fmt.Errorf("pgflow: step %q reads the output of step %q, which is not among its dependencies: %w",
-			st.step.slug, h.d.slug, ErrNotDependency)
+		// A bug in the flow's code: no retry can fix it.
+		return zero, Permanent(fmt.Errorf("pgflow: flow %q, step %q reads the output of step %q, which is not among its dependencies: %w",
+			st.step.flowSlug(), st.step.slug, h.d.slug, ErrNotDependency))
 	}
 	raw, ok, err := st.depOutput(h.d.slug)
 	if err != nil {
@@ -68,7 +70,9 @@ func (h StepHandle[O]) Output(t TaskInfo) (O, error) {
 	}
 	var out O
 	if err := json.Unmarshal(raw, &out); err != nil {
-		return zero, fmt.Errorf("pgflow: step %q: cannot decode the output of dependency %q into %T: %w", st.step.slug, h.d.slug, zero, err)
+		// A stored output never changes: retrying cannot help.
+		return zero, Permanent(fmt.Errorf("pgflow: flow %q, run %s, step %q: cannot decode the output of dependency %q into %T: %w",
+			st.step.flowSlug(), st.env.meta.RunID, st.step.slug, h.d.slug, zero, err))
 	}
 	return out, nil
 }
@@ -87,6 +91,14 @@ type stepDef struct {
 	index    int // position in the flow (= pgflow.steps.step_index)
 	run      runFunc
 	broken   bool // had definition errors; never added to the flow
+}
+
+// flowSlug returns the slug of the flow the step belongs to.
+func (d *stepDef) flowSlug() string {
+	if d.flow == nil {
+		return ""
+	}
+	return d.flow.slug
 }
 
 // depSlugs returns the dependency slugs in declaration order.
@@ -165,7 +177,9 @@ func mapRunner[I, E, O any](handler func(ctx context.Context, t *Task[I], item E
 				raw = json.RawMessage("null")
 			}
 			if err := json.Unmarshal(raw, &item); err != nil {
-				return nil, fmt.Errorf("pgflow: step %q task %d: cannot decode the map element into %T: %w", d.slug, env.meta.TaskIndex, item, err)
+				// The element never changes: retrying cannot help.
+				return nil, Permanent(fmt.Errorf("pgflow: flow %q, run %s, step %q task %d: cannot decode the map element into %T: %w",
+					d.flowSlug(), env.meta.RunID, d.slug, env.meta.TaskIndex, item, err))
 			}
 			o, err := handler(ctx, t, item)
 			if err != nil {

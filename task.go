@@ -120,7 +120,8 @@ func (t *Task[I]) Meta() TaskMeta {
 func (t *Task[I]) state() *taskState { return t.st }
 
 // FlowInput returns the run's input decoded into I. Root single steps have it at hand; other steps load it from
-// the database on first use (once per task). Errors name the step.
+// the database on first use (once per task). Errors name the flow, run and step; an input that cannot be decoded
+// into I is a Permanent error (returned as is, or wrapped with %w, it fails the task without retry).
 func (t *Task[I]) FlowInput(ctx context.Context) (I, error) {
 	var zero I
 	if t.st == nil {
@@ -132,7 +133,9 @@ func (t *Task[I]) FlowInput(ctx context.Context) (I, error) {
 	}
 	var in I
 	if err := json.Unmarshal(raw, &in); err != nil {
-		return zero, fmt.Errorf("pgflow: step %q: cannot decode the flow input into %T: %w", t.st.step.slug, zero, err)
+		// The run input never changes: retrying cannot help.
+		return zero, Permanent(fmt.Errorf("pgflow: flow %q, run %s, step %q: cannot decode the flow input into %T: %w",
+			t.st.step.flowSlug(), t.st.env.meta.RunID, t.st.step.slug, zero, err))
 	}
 	return in, nil
 }
@@ -185,7 +188,8 @@ func (s *taskState) depOutput(slug string) (json.RawMessage, bool, error) {
 		s.depsParsed = true
 		if len(s.env.input) > 0 && string(s.env.input) != "null" {
 			if err := json.Unmarshal(s.env.input, &s.deps); err != nil {
-				s.depsErr = fmt.Errorf("pgflow: step %q: the task input is not an object of dependency outputs: %w", s.step.slug, err)
+				s.depsErr = Permanent(fmt.Errorf("pgflow: flow %q, run %s, step %q: the task input is not an object of dependency outputs: %w",
+					s.step.flowSlug(), s.env.meta.RunID, s.step.slug, err))
 			}
 		}
 	}

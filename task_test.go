@@ -142,7 +142,8 @@ func TestRunFlowInputDecodeError(t *testing.T) {
 	})
 	d := frozenStep(t, f, "root")
 	_, err := d.run(context.Background(), &taskEnv{meta: meta("root", 0), input: json.RawMessage(`{}`), flowInput: json.RawMessage(`[1,2]`)})
-	require.ErrorContains(t, err, `pgflow: step "root": cannot decode the flow input into pgflow.runInput`)
+	require.ErrorContains(t, err, `pgflow: flow "runner_flow", run 0f8fad5b-d9cb-469f-a165-70867728950e, step "root": cannot decode the flow input into pgflow.runInput`)
+	require.ErrorIs(t, err, ErrPermanent, "an input that cannot be decoded is not retried")
 }
 
 func TestRunDependencyOutputs(t *testing.T) {
@@ -178,6 +179,9 @@ func TestRunDependencyOutputs(t *testing.T) {
 		if !errors.Is(err, ErrNotDependency) {
 			return r, errors.New("expected ErrNotDependency, got " + errString(err))
 		}
+		if !errors.Is(err, ErrPermanent) {
+			return r, errors.New("expected a permanent error, got " + errString(err))
+		}
 		r.NotDepErr = err.Error()
 		return r, nil
 	}, DependsOn(fetch, count, maybe))
@@ -192,7 +196,7 @@ func TestRunDependencyOutputs(t *testing.T) {
 	require.Equal(t, 0, r.Count)
 	require.Nil(t, r.Maybe)
 	require.Equal(t, `pgflow: step "join": output of dependency "maybe" is absent: dependency skipped`, r.SkipErr)
-	require.Equal(t, `pgflow: step "join" reads the output of step "unrelated", which is not among its dependencies: not a dependency of this step`, r.NotDepErr)
+	require.Equal(t, `pgflow: flow "runner_flow", step "join" reads the output of step "unrelated", which is not among its dependencies: not a dependency of this step`, r.NotDepErr)
 
 	// A JSON null output is not "skipped": it decodes to the zero value.
 	out, err = d.run(context.Background(), &taskEnv{meta: meta("join", 0), input: json.RawMessage(`{"fetch":{"ok":false,"items":null},"count":7,"maybe":null}`)})
@@ -216,10 +220,12 @@ func TestRunDependencyDecodeErrors(t *testing.T) {
 	d := frozenStep(t, f, "use")
 
 	_, err := d.run(context.Background(), &taskEnv{meta: meta("use", 0), input: json.RawMessage(`{"count":"seven"}`)})
-	require.ErrorContains(t, err, `pgflow: step "use": cannot decode the output of dependency "count" into int`)
+	require.ErrorContains(t, err, `pgflow: flow "runner_flow", run 0f8fad5b-d9cb-469f-a165-70867728950e, step "use": cannot decode the output of dependency "count" into int`)
+	require.ErrorIs(t, err, ErrPermanent)
 
 	_, err = d.run(context.Background(), &taskEnv{meta: meta("use", 0), input: json.RawMessage(`[1]`)})
-	require.ErrorContains(t, err, `pgflow: step "use": the task input is not an object of dependency outputs`)
+	require.ErrorContains(t, err, `pgflow: flow "runner_flow", run 0f8fad5b-d9cb-469f-a165-70867728950e, step "use": the task input is not an object of dependency outputs`)
+	require.ErrorIs(t, err, ErrPermanent)
 
 	// A zero handle and a task outside a run are reported, not panicking.
 	var zero StepHandle[int]
@@ -328,7 +334,8 @@ func TestRunMapSteps(t *testing.T) {
 	require.JSONEq(t, `{"sku":"A-1","total":40,"index":3}`, string(out))
 
 	_, err = d.run(context.Background(), &taskEnv{meta: meta("price", 5), input: json.RawMessage(`"not an item"`)})
-	require.ErrorContains(t, err, `pgflow: step "price" task 5: cannot decode the map element into pgflow.item`)
+	require.ErrorContains(t, err, `step "price" task 5: cannot decode the map element into pgflow.item`)
+	require.ErrorIs(t, err, ErrPermanent)
 
 	// Root map: the flow input is the array, each task gets one element (null elements decode to zero).
 	g := NewFlow[[]int]("root_map_flow")

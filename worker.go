@@ -17,10 +17,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgflow-go/pgflow/internal/backoff"
+	"github.com/pgflow-go/pgflow/internal/pgerr"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
 )
 
@@ -74,8 +74,14 @@ type Worker struct {
 	used   atomic.Bool
 	// batching: the schema has pgflow.complete_tasks and queue notifications (v0.18.0); read at startup.
 	batching bool
-	hooks    workerHooks
-	obs      *observer // delivers events to WorkerConfig.Hooks; nil without hooks
+	// fencing: the schema fences results by attempt, fails tasks permanently and releases tasks (v0.20.0); read
+	// at startup.
+	fencing bool
+	// stopNow, when set (RunWorker: a second SIGINT/SIGTERM), ends a graceful shutdown at once: handlers are
+	// cancelled and the tasks still running are released without waiting for them.
+	stopNow <-chan struct{}
+	hooks   workerHooks
+	obs     *observer // delivers events to WorkerConfig.Hooks; nil without hooks
 }
 
 // workerHooks lets the package's tests observe and shorten the worker's lifecycle. The zero value is production
@@ -89,6 +95,8 @@ type workerHooks struct {
 
 const (
 	defaultAbandonGrace = 10 * time.Second
+	releaseTimeout      = 5 * time.Second  // how long a stopping worker tries to put an interrupted task back
+	defaultStepTimeout  = 60 * time.Second // pgflow.flows.opt_timeout's default, when a claim did not report one
 	stopMarkTimeout     = 10 * time.Second // how long Run tries to record the worker as stopped
 	runInputCacheSize   = 256              // runs whose input a worker keeps in memory
 	maxErrorMessageLen  = 32 << 10         // longest error_message the worker stores
@@ -149,15 +157,53 @@ func flowCoreOf(flow AnyFlow) (c *flowCore) {
 func (w *Worker) ID() string { return w.cfg.WorkerID }
 
 // RunWorker creates a worker with NewWorker and runs it until ctx is cancelled or the process receives SIGINT or
-// SIGTERM, then shuts it down gracefully (see Worker.Run).
+// SIGTERM, then shuts it down gracefully (see Worker.Run). A second SIGINT or SIGTERM during the graceful
+// shutdown stops the worker at once: the handlers' context is cancelled and the tasks still running go back to
+// their queue without spending an attempt, without waiting for ShutdownTimeout.
 func RunWorker(ctx context.Context, pool *pgxpool.Pool, flow AnyFlow, cfg WorkerConfig) error {
 	w, err := NewWorker(pool, flow, cfg)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return w.Run(ctx)
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	return w.runUntilSignalled(ctx, sig)
+}
+
+// runUntilSignalled runs w until ctx ends or a signal arrives on sig (graceful shutdown); a second signal stops
+// it at once.
+func (w *Worker) runUntilSignalled(ctx context.Context, sig <-chan os.Signal) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopNow := make(chan struct{})
+	w.stopNow = stopNow
+	finished := make(chan struct{})
+	log := w.log // Run adds the queue to w.log at startup
+	var watcher sync.WaitGroup
+	watcher.Go(func() {
+		var first os.Signal
+		select {
+		case first = <-sig:
+		case <-finished:
+			return
+		}
+		log.Warn(fmt.Sprintf("received %s: shutting down gracefully (handlers may run up to %s); send %s again to stop at once "+
+			"(running tasks go back to their queue without spending an attempt)", first, w.cfg.ShutdownTimeout, first),
+			"signal", first.String())
+		cancel()
+		select {
+		case again := <-sig:
+			log.Warn(fmt.Sprintf("received %s again: stopping at once; cancelling handlers and releasing their tasks", again),
+				"signal", again.String())
+			close(stopNow)
+		case <-finished:
+		}
+	})
+	err := w.Run(ctx)
+	close(finished)
+	watcher.Wait()
+	return err
 }
 
 // Run starts the worker and blocks until it has stopped.
@@ -235,6 +281,19 @@ func (w *Worker) startup(ctx context.Context) (registering bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	if w.batching {
+		err = w.retryStartup(ctx, "look for pgflow.release_tasks", func(ctx context.Context) (err error) {
+			w.fencing, err = sqlapi.HasAttemptFencing(ctx, w.pool)
+			return err
+		})
+		if err != nil {
+			return false, err
+		}
+		if !w.fencing {
+			w.log.Info("the schema is older than v0.20.0: results are not fenced by attempt, shutdown spends the attempts of " +
+				"interrupted tasks and permanent errors are retried; run `pgflow migrate up`")
+		}
+	}
 	err = w.retryStartup(ctx, "register the worker", func(ctx context.Context) error {
 		return sqlapi.RegisterWorker(ctx, w.pool, w.cfg.WorkerID, w.queue, workerFunctionName)
 	})
@@ -256,8 +315,8 @@ func (w *Worker) retryStartup(ctx context.Context, what string, fn func(context.
 		if ctx.Err() != nil {
 			return fmt.Errorf("pgflow: worker %s: %s: %w", w.cfg.WorkerID, what, ctx.Err())
 		}
-		if permanentDBError(err) {
-			return fmt.Errorf("pgflow: worker %s: %s: %w%s", w.cfg.WorkerID, what, err, schemaHint(err))
+		if !pgerr.Transient(err) {
+			return fmt.Errorf("pgflow: worker %s: %s: %w%s", w.cfg.WorkerID, what, err, pgerr.SchemaHint(err))
 		}
 		delay := w.hooks.retry.Delay(n)
 		w.log.Warn("worker startup: database error, retrying", "action", what, "retry", n, "delay", delay, "error", err)
@@ -265,31 +324,6 @@ func (w *Worker) retryStartup(ctx context.Context, what string, fn func(context.
 			return fmt.Errorf("pgflow: worker %s: %s: %w", w.cfg.WorkerID, what, ctx.Err())
 		}
 	}
-}
-
-// permanentDBError reports whether err is a database error that retrying cannot fix: a bad statement or a
-// missing object (class 42, 3F), invalid data (22), a constraint violation (23), an exception raised by a
-// function (P0), or a refused connection (28 authorization, 3D unknown database). Network errors, lost
-// connections, deadlocks, serialization failures and resource shortages are transient.
-func permanentDBError(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
-		return false
-	}
-	switch pgErr.Code[:2] {
-	case "42", "3F", "22", "23", "P0", "28", "3D":
-		return true
-	}
-	return false
-}
-
-// schemaHint suggests installing the schema when err says a pgflow or pgmq object is missing.
-func schemaHint(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42883" || pgErr.Code == "42P01" || pgErr.Code == "3F000") {
-		return " (is the pgflow schema installed? run `pgflow migrate up`)"
-	}
-	return ""
 }
 
 // errDeprecated is the cancellation cause of the poll loop when pgflow.heartbeat_worker reports deprecation.
@@ -309,6 +343,11 @@ type workerRun struct {
 
 	reportCtx context.Context // database calls for claimed tasks; ends when Run stops waiting for handlers
 	abandon   context.CancelFunc
+	// giveUp is closed when the worker stops waiting for handlers that ignore their cancelled context (or at once
+	// on a second signal): their tasks are released.
+	giveUp     chan struct{}
+	giveUpOnce sync.Once
+	base       context.Context // Run's context without its cancellation
 
 	sem      chan struct{} // one token per running task
 	batcher  *completionBatcher
@@ -320,7 +359,8 @@ type workerRun struct {
 // serve runs the worker after a successful startup and returns when it has stopped.
 func (w *Worker) serve(ctx context.Context) {
 	base := context.WithoutCancel(ctx)
-	r := &workerRun{w: w, cfg: &w.cfg, log: w.log, sem: make(chan struct{}, w.cfg.MaxConcurrent)}
+	r := &workerRun{w: w, cfg: &w.cfg, log: w.log, sem: make(chan struct{}, w.cfg.MaxConcurrent),
+		giveUp: make(chan struct{}), base: base}
 	r.loopCtx, r.stopLoop = context.WithCancelCause(ctx)
 	r.handlerCtx, r.hardStop = context.WithCancel(base)
 	r.reportCtx, r.abandon = context.WithCancel(base)
@@ -377,7 +417,7 @@ func (w *Worker) markStopped(ctx context.Context) {
 		if err == nil {
 			return
 		}
-		if permanentDBError(err) || mctx.Err() != nil {
+		if !pgerr.Transient(err) || mctx.Err() != nil {
 			w.log.Error("could not record the worker as stopped", "error", err)
 			return
 		}
@@ -389,7 +429,8 @@ func (w *Worker) markStopped(ctx context.Context) {
 }
 
 // drain waits for in-flight tasks: up to ShutdownTimeout, then cancels their context and waits up to the abandon
-// grace period more.
+// grace period more; then it gives up on the handlers still running and their tasks are released (put back in the
+// queue without spending the attempt). A second signal (stopNow) skips both waits.
 func (r *workerRun) drain() {
 	done := make(chan struct{})
 	go func() {
@@ -402,9 +443,10 @@ func (r *workerRun) drain() {
 	case <-done:
 		return
 	case <-timer.C:
+		r.log.Warn("shutdown timeout passed: cancelling the context of the handlers still running",
+			"shutdown_timeout", r.cfg.ShutdownTimeout, "in_flight", r.inFlight.Load())
+	case <-r.w.stopNow:
 	}
-	r.log.Warn("shutdown timeout passed: cancelling the context of the handlers still running",
-		"shutdown_timeout", r.cfg.ShutdownTimeout, "in_flight", r.inFlight.Load())
 	r.hardStop()
 	grace := r.w.hooks.abandonGrace
 	if grace <= 0 {
@@ -414,11 +456,23 @@ func (r *workerRun) drain() {
 	defer giveUp.Stop()
 	select {
 	case <-done:
+		return
 	case <-giveUp.C:
-		r.log.Error("handlers ignored the cancellation of their context; the worker stops without reporting them "+
-			"(stalled-task recovery will requeue their tasks)", "in_flight", r.inFlight.Load(), "waited", grace)
-		r.abandon()
+		r.log.Error("handlers ignored the cancellation of their context; the worker stops without waiting for them "+
+			"and puts their tasks back in the queue", "in_flight", r.inFlight.Load(), "waited", grace)
+	case <-r.w.stopNow:
 	}
+	r.giveUpOnce.Do(func() { close(r.giveUp) })
+	// The tasks' goroutines release their tasks now, each within releaseTimeout.
+	last := time.NewTimer(releaseTimeout + time.Second)
+	defer last.Stop()
+	select {
+	case <-done:
+	case <-last.C:
+		r.log.Error("some interrupted tasks could not be put back in the queue; stalled-task recovery will requeue them",
+			"in_flight", r.inFlight.Load())
+	}
+	r.abandon()
 }
 
 func (r *workerRun) release(n int) {
@@ -503,7 +557,7 @@ func (r *workerRun) pollLoop() {
 		r.w.obs.polled(r.w, pollStart, read, len(tasks), nil)
 		r.release(n - len(tasks))
 		for _, t := range tasks {
-			r.w.obs.taskClaimed(r.taskMeta(t))
+			r.w.obs.taskClaimed(r.taskMeta(t.ClaimedTask))
 			r.tasks.Add(1)
 			r.inFlight.Add(1)
 			go r.runTask(t)
@@ -511,8 +565,28 @@ func (r *workerRun) pollLoop() {
 	}
 }
 
+// claimedTask is a task this worker claimed, with the time of the claim (its handler's deadline is the step's
+// timeout after it).
+type claimedTask struct {
+	sqlapi.ClaimedTask
+	claimedAt time.Time
+}
+
+// timeout is the task's effective step timeout.
+func (t claimedTask) timeout() time.Duration {
+	if t.TimeoutSeconds <= 0 {
+		return defaultStepTimeout
+	}
+	return time.Duration(t.TimeoutSeconds) * time.Second
+}
+
+// ref names the task's attempt for the fenced SQL calls.
+func (t claimedTask) ref() sqlapi.TaskRef {
+	return sqlapi.TaskRef{RunID: t.RunID, StepSlug: t.StepSlug, TaskIndex: t.TaskIndex, Attempt: t.Attempt}
+}
+
 // claim starts the tasks of msgs with pgflow.start_tasks, retrying transient errors until shutdown begins.
-func (r *workerRun) claim(msgs []sqlapi.Message) []sqlapi.ClaimedTask {
+func (r *workerRun) claim(msgs []sqlapi.Message) []claimedTask {
 	ids := make([]int64, len(msgs))
 	for i, m := range msgs {
 		ids[i] = m.ID
@@ -520,12 +594,17 @@ func (r *workerRun) claim(msgs []sqlapi.Message) []sqlapi.ClaimedTask {
 	for n := 1; ; n++ {
 		// The claim itself is not cancelled by shutdown: once start_tasks has committed, its rows must reach
 		// handlers, so the call may not be interrupted half way.
+		claimedAt := time.Now() // not later than the claim's started_at: the deadlines below are never late
 		tasks, err := sqlapi.StartTasksFromQueue(r.reportCtx, r.w.pool, r.w.slug, r.w.queue, ids, r.cfg.WorkerID)
 		if err == nil {
 			if len(tasks) < len(ids) {
 				r.explainUnclaimed(ids, tasks)
 			}
-			return tasks
+			out := make([]claimedTask, len(tasks))
+			for i, t := range tasks {
+				out[i] = claimedTask{ClaimedTask: t, claimedAt: claimedAt}
+			}
+			return out
 		}
 		if r.loopCtx.Err() != nil || r.reportCtx.Err() != nil {
 			return nil
@@ -573,22 +652,35 @@ func (r *workerRun) explainUnclaimed(ids []int64, claimed []sqlapi.ClaimedTask) 
 	}
 }
 
+// handlerResult is what a handler returned, and when.
+type handlerResult struct {
+	out      json.RawMessage
+	err      error
+	finished time.Time
+}
+
 // runTask runs the handler of one claimed task and reports its result; it frees the task's slot at the end.
-func (r *workerRun) runTask(t sqlapi.ClaimedTask) {
+//
+// The handler's context carries the step's timeout as its deadline, measured from the claim. When it passes
+// before the handler returns, the attempt fails at once with an error naming the step and the timeout, without
+// waiting for the handler: a handler that ignores its context cannot hold the task (or its slot) beyond its
+// timeout, and what it returns later is a stale result, dropped and counted (Hooks.StaleResult). At the hard stop
+// of a shutdown the worker waits for the handler (up to the abandon grace), then releases the task.
+func (r *workerRun) runTask(t claimedTask) {
 	defer r.tasks.Done()
 	defer r.release(1)
 	defer r.inFlight.Add(-1)
 	log := r.log.With("run_id", t.RunID, "step", t.StepSlug, "task_index", t.TaskIndex,
 		"msg_id", strconv.FormatInt(t.MsgID, 10), "attempt", t.Attempt)
-	meta := r.taskMeta(t)
-	ctx := r.w.obs.taskStarted(r.handlerCtx, meta) // the handler's context
+	meta := r.taskMeta(t.ClaimedTask)
+	ctx := r.w.obs.taskStarted(r.handlerCtx, meta) // the handler's context, before its deadline
 
 	def := r.w.steps[t.StepSlug]
 	if def == nil {
 		msg := fmt.Sprintf("pgflow: flow %q has no step %q in the code of worker %s (the worker runs a different version of the flow)",
 			r.w.slug, t.StepSlug, r.cfg.WorkerID)
 		log.Error("claimed a task of an unknown step; failing it", "error", msg)
-		r.w.obs.taskFinished(ctx, meta, r.reportFailure(log, t, msg))
+		r.w.obs.taskFinished(ctx, meta, r.reportFailure(log, t, msg, false))
 		return
 	}
 	if t.FlowInput != nil {
@@ -605,77 +697,281 @@ func (r *workerRun) runTask(t sqlapi.ClaimedTask) {
 		},
 		logger: log,
 	}
-	log.Debug("task started")
+	timeout := t.timeout()
+	deadline := t.claimedAt.Add(timeout)
+	timedOut := &stepTimeoutError{step: t.StepSlug, taskIndex: t.TaskIndex, mapStep: def.stepType == stepTypeMap,
+		timeout: timeout, attempt: t.Attempt, maxAttempts: t.MaxAttempts}
+	hctx, cancel := context.WithDeadlineCause(ctx, deadline, timedOut)
+	defer cancel()
+
+	log.Debug("task started", "timeout", timeout)
 	start := time.Now()
-	out, err := def.run(ctx, env)
-	elapsed := time.Since(start)
+	done := make(chan handlerResult, 1)
+	go func() {
+		out, err := def.run(hctx, env)
+		done <- handlerResult{out: out, err: err, finished: time.Now()}
+	}()
+
+	var res handlerResult
+	select {
+	case res = <-done:
+	case <-hctx.Done():
+		if context.Cause(hctx) == error(timedOut) {
+			select {
+			case res = <-done: // returned at the deadline: handled below
+			default:
+				r.timeoutWithoutHandler(ctx, log, meta, t, timedOut, start, done)
+				return
+			}
+			break
+		}
+		// The hard stop of a shutdown: wait for the handler, until the worker gives up on it.
+		select {
+		case res = <-done:
+		case <-r.giveUp:
+			r.w.obs.handlerDone(ctx, meta, time.Since(start), context.Cause(hctx))
+			r.w.obs.taskFinished(ctx, meta, r.releaseTask(log, t, "its handler ignored the cancellation of its context"))
+			return
+		}
+	}
+	elapsed := res.finished.Sub(start)
+	err := res.err
+	if !res.finished.Before(deadline) {
+		// The deadline passed before the handler returned: the attempt timed out, whatever it returned.
+		if err == nil {
+			r.staleResult(log, meta, StaleTimedOut, nil, 0)
+		}
+		err = timeoutFailure(timedOut, err)
+	}
 	r.w.obs.handlerDone(ctx, meta, elapsed, err)
 	if err == nil {
 		log.Debug("task completed", "duration", elapsed)
-		r.w.obs.taskFinished(ctx, meta, r.reportCompletion(log, t, out))
+		r.w.obs.taskFinished(ctx, meta, r.reportCompletion(log, t, res.out))
 		return
 	}
 	msg := err.Error()
-	if pe := (*PanicError)(nil); errors.As(err, &pe) {
+	permanent := errors.Is(err, ErrPermanent)
+	switch pe := (*PanicError)(nil); {
+	case errors.As(err, &pe):
 		log.Error("handler panicked", "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack), "duration", elapsed)
-	} else {
+	case errors.Is(err, ErrStepTimeout):
+		log.Warn("task timed out", "error", msg, "timeout", timeout, "duration", elapsed)
+	case permanent:
+		log.Warn("task failed with a permanent error: it is not retried", "error", msg, "duration", elapsed)
+	default:
 		log.Warn("task failed", "error", msg, "duration", elapsed)
 	}
-	if r.handlerCtx.Err() != nil {
+	if r.handlerCtx.Err() != nil && !permanent && !errors.Is(err, ErrStepTimeout) {
+		// Interrupted by the shutdown's hard stop: the attempt was not the task's fault.
+		if r.w.fencing {
+			r.w.obs.taskFinished(ctx, meta, r.releaseTask(log, t, "the worker shut down while its handler ran"))
+			return
+		}
 		msg = fmt.Sprintf("worker %s shut down: the handler was still running %s after shutdown began and its context was cancelled: %s",
 			r.cfg.WorkerID, r.cfg.ShutdownTimeout, msg)
 	}
-	r.w.obs.taskFinished(ctx, meta, r.reportFailure(log, t, msg))
+	r.w.obs.taskFinished(ctx, meta, r.reportFailure(log, t, msg, permanent))
+}
+
+// timeoutFailure is the error recorded for an attempt whose step timeout passed; the handler's own error, if
+// it returned one, is kept after it.
+func timeoutFailure(timedOut *stepTimeoutError, handlerErr error) error {
+	if handlerErr == nil || errors.Is(handlerErr, ErrStepTimeout) && handlerErr.Error() == timedOut.Error() {
+		return timedOut
+	}
+	return fmt.Errorf("%w: %w", timedOut, handlerErr)
+}
+
+// timeoutWithoutHandler fails an attempt whose handler is still running at its step's deadline, without waiting
+// for it, and watches for what the handler returns later: a stale result, dropped.
+func (r *workerRun) timeoutWithoutHandler(ctx context.Context, log *slog.Logger, meta TaskMeta, t claimedTask,
+	timedOut *stepTimeoutError, start time.Time, done <-chan handlerResult) {
+	log.Warn("task timed out: its handler is still running; failing the attempt without waiting for it "+
+		"(whatever it returns later is dropped)", "error", timedOut.Error(), "timeout", timedOut.timeout)
+	r.w.obs.handlerDone(ctx, meta, time.Since(start), timedOut)
+	r.w.obs.taskFinished(ctx, meta, r.reportFailure(log, t, timedOut.Error(), false))
+	go func() {
+		res := <-done
+		if res.err != nil && (errors.Is(res.err, context.DeadlineExceeded) || errors.Is(res.err, context.Canceled)) {
+			log.Debug("the handler of a timed-out attempt returned its context's error", "error", res.err)
+			return
+		}
+		r.staleResult(log, meta, StaleTimedOut, res.err, 0)
+	}()
+}
+
+// staleResult logs a result that is not recorded because its attempt is no longer current, and reports it to
+// the hooks. Never the output itself: only the task's identity.
+func (r *workerRun) staleResult(log *slog.Logger, meta TaskMeta, reason string, handlerErr error, current int) {
+	args := []any{"reason", reason}
+	if current > 0 {
+		args = append(args, "current_attempt", current)
+	}
+	if handlerErr != nil {
+		args = append(args, "handler_failed", true)
+	}
+	switch reason {
+	case StaleTimedOut:
+		log.Warn("stale result dropped: the handler returned after its step timeout had already failed this attempt", args...)
+	default:
+		log.Warn("stale result not recorded: this attempt is no longer the task's current attempt "+
+			"(the task was recovered and claimed again)", args...)
+	}
+	r.w.obs.staleResult(meta, reason, handlerErr, current)
 }
 
 // reportCompletion records a successful task and returns what became of it. Completions of handlers that finish
 // at about the same time are recorded together, in one transaction (completionBatcher); the outcome is the same
 // as recording each alone with completeOne.
-func (r *workerRun) reportCompletion(log *slog.Logger, t sqlapi.ClaimedTask, out json.RawMessage) TaskOutcome {
+func (r *workerRun) reportCompletion(log *slog.Logger, t claimedTask, out json.RawMessage) TaskOutcome {
 	return r.batcher.complete(log, t, out)
 }
 
-// completeOne records one successful task with pgflow.complete_task. An output the database rejects (e.g. a
-// string with a NUL character, which jsonb cannot hold) fails the task instead.
-func (r *workerRun) completeOne(log *slog.Logger, t sqlapi.ClaimedTask, out json.RawMessage) TaskOutcome {
-	status, err := r.report(log, "complete_task", func(ctx context.Context) (string, error) {
-		return sqlapi.CompleteTask(ctx, r.w.pool, t.RunID, t.StepSlug, t.TaskIndex, out)
-	})
-	var pgErr *pgconn.PgError
-	switch {
-	case err != nil && errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22"):
-		msg := fmt.Sprintf("pgflow: step %q: the database rejected the handler's output: %s (SQLSTATE %s)", t.StepSlug, pgErr.Message, pgErr.Code)
-		log.Warn("task output rejected by the database; failing the task", "error", msg)
-		return r.reportFailure(log, t, msg)
-	case err != nil:
-		r.logReportLost(log, "complete_task", err)
-		return OutcomeUnreported
-	case status != "completed":
-		log.Info("task result not recorded: the task is no longer running (its run failed or its step finished)", "status", status)
-		return OutcomeNotRecorded
+// completeOne records one successful task (fenced by its attempt when the schema can). An output the database
+// refuses permanently (e.g. a string with a NUL character, which jsonb cannot hold, or a value over one of its
+// limits) fails the task at once, without retry, with the database's reason.
+func (r *workerRun) completeOne(log *slog.Logger, t claimedTask, out json.RawMessage) TaskOutcome {
+	o, refused := r.tryComplete(log, t, out)
+	if refused != nil {
+		return r.refuseOutput(log, t, refused)
 	}
-	return OutcomeCompleted
+	return o
 }
 
-// reportFailure records a failed task with pgflow.fail_task and returns what became of it.
-func (r *workerRun) reportFailure(log *slog.Logger, t sqlapi.ClaimedTask, msg string) TaskOutcome {
+// tryComplete records one successful task; refused is the database's permanent refusal of the output, when it
+// refused it (then nothing was recorded and the task is still to be failed).
+func (r *workerRun) tryComplete(log *slog.Logger, t claimedTask, out json.RawMessage) (o TaskOutcome, refused error) {
+	var done sqlapi.CompletedTask
+	_, err := r.report(log, "complete_task", func(ctx context.Context) (string, error) {
+		if r.w.batching {
+			res, err := sqlapi.CompleteTasks(ctx, r.w.pool, []sqlapi.TaskResult{{
+				RunID: t.RunID, StepSlug: t.StepSlug, TaskIndex: t.TaskIndex, Output: out, Attempt: t.Attempt,
+			}}, r.w.fencing)
+			if err == nil {
+				done = res[0]
+			}
+			return "", err
+		}
+		status, err := sqlapi.CompleteTask(ctx, r.w.pool, t.RunID, t.StepSlug, t.TaskIndex, out)
+		done = sqlapi.CompletedTask{Status: status, Outcome: sqlapi.OutcomeIgnored}
+		switch status {
+		case "completed":
+			done.Outcome = sqlapi.OutcomeRecorded
+		case "":
+			done.Outcome = sqlapi.OutcomeUnknown
+		}
+		return status, err
+	})
+	switch {
+	case err != nil && refusesResult(err):
+		return "", err
+	case err != nil:
+		r.logReportLost(log, "complete_task", err)
+		return OutcomeUnreported, nil
+	}
+	return r.completionOutcome(log, t, done), nil
+}
+
+// completionOutcome turns what the database reported for one completion into the task's outcome, logging it.
+func (r *workerRun) completionOutcome(log *slog.Logger, t claimedTask, done sqlapi.CompletedTask) TaskOutcome {
+	switch done.Outcome {
+	case sqlapi.OutcomeRecorded:
+		if done.Status == "failed" {
+			log.Warn("task failed: the database refused its output (see the task's error_message)")
+			return OutcomeFailed
+		}
+		return OutcomeCompleted
+	case sqlapi.OutcomeStale:
+		r.staleResult(log, r.taskMeta(t.ClaimedTask), StaleSuperseded, nil, 0)
+		return OutcomeStale
+	default:
+		log.Info("task result not recorded: the task is no longer running (its run failed or its step finished)",
+			"status", done.Status, "outcome", done.Outcome)
+		return OutcomeNotRecorded
+	}
+}
+
+// refusesResult reports whether err is the database refusing a result for good (invalid data, a program limit
+// such as jsonb's size or nesting, a check of the function), as opposed to an error of the setup (a missing
+// function, privileges, authentication), which is no reason to fail the task.
+func refusesResult(err error) bool {
+	return pgerr.Permanent(err) && !pgerr.Misconfigured(err)
+}
+
+// refuseOutput fails a task whose output the database refused permanently, with the database's reason.
+func (r *workerRun) refuseOutput(log *slog.Logger, t claimedTask, refused error) TaskOutcome {
+	msg := fmt.Sprintf("pgflow: flow %q, step %q: the database refused the handler's output: %s", r.w.slug, t.StepSlug, pgerr.Reason(refused))
+	log.Warn("task output refused by the database; failing the task without retry", "error", msg)
+	return r.reportFailure(log, t, msg, true)
+}
+
+// reportFailure records a failed attempt with pgflow.fail_task (fenced by the attempt when the schema can;
+// permanent: no retry) and returns what became of the task.
+func (r *workerRun) reportFailure(log *slog.Logger, t claimedTask, msg string, permanent bool) TaskOutcome {
 	msg = cleanErrorMessage(msg)
-	status, err := r.report(log, "fail_task", func(ctx context.Context) (string, error) {
-		return sqlapi.FailTask(ctx, r.w.pool, t.RunID, t.StepSlug, t.TaskIndex, msg)
+	var failed sqlapi.FailedTask
+	_, err := r.report(log, "fail_task", func(ctx context.Context) (string, error) {
+		if r.w.fencing {
+			var err error
+			failed, err = sqlapi.FailTaskAt(ctx, r.w.pool, t.ref(), msg, permanent)
+			return failed.Status, err
+		}
+		status, err := sqlapi.FailTask(ctx, r.w.pool, t.RunID, t.StepSlug, t.TaskIndex, msg)
+		failed = sqlapi.FailedTask{Status: status, Outcome: sqlapi.OutcomeRecorded}
+		if status != "queued" && status != "failed" {
+			failed.Outcome = sqlapi.OutcomeIgnored
+		}
+		return status, err
 	})
 	switch {
 	case err != nil:
 		r.logReportLost(log, "fail_task", err)
 		return OutcomeUnreported
-	case status == "queued":
+	case failed.Outcome == sqlapi.OutcomeStale:
+		r.staleResult(log, r.taskMeta(t.ClaimedTask), StaleSuperseded, errors.New(msg), failed.CurrentAttempt)
+		return OutcomeStale
+	case failed.Outcome != sqlapi.OutcomeRecorded:
+		log.Info("task failure not recorded: the task is no longer running (its run failed or its step finished)",
+			"status", failed.Status, "outcome", failed.Outcome)
+		return OutcomeNotRecorded
+	case failed.Status == "queued":
 		log.Info("task will be retried")
 		return OutcomeRetried
-	case status == "failed":
-		log.Warn("task failed permanently: no attempts left", "error", msg)
+	case permanent:
+		log.Warn("task failed permanently: not retried", "error", msg)
 		return OutcomeFailed
 	default:
-		log.Info("task failure not recorded: the task is no longer running (its run failed or its step finished)", "status", status)
-		return OutcomeNotRecorded
+		log.Warn("task failed permanently: no attempts left", "error", msg)
+		return OutcomeFailed
+	}
+}
+
+// releaseTask puts a task interrupted by the shutdown back in its queue without spending its attempt
+// (pgflow.release_tasks); why says what interrupted it. It returns OutcomeReleased, or what else became of it.
+func (r *workerRun) releaseTask(log *slog.Logger, t claimedTask, why string) TaskOutcome {
+	if !r.w.fencing {
+		log.Warn("task interrupted by the shutdown: the schema cannot release it (before v0.20.0); stalled-task recovery will requeue it", "why", why)
+		return OutcomeUnreported
+	}
+	ctx, cancel := context.WithTimeout(r.base, releaseTimeout)
+	defer cancel()
+	for n := 1; ; n++ {
+		released, err := sqlapi.ReleaseTasks(ctx, r.w.pool, []sqlapi.TaskRef{t.ref()})
+		switch {
+		case err == nil && released[0]:
+			log.Info("task put back in the queue without spending its attempt: " + why)
+			return OutcomeReleased
+		case err == nil:
+			log.Info("task not released: this attempt is no longer running (its run or step finished, or it was recovered)")
+			return OutcomeNotRecorded
+		case !pgerr.Transient(err) || ctx.Err() != nil:
+			log.Error("could not put the interrupted task back in the queue; stalled-task recovery will requeue it", "error", err)
+			return OutcomeUnreported
+		}
+		if backoff.Sleep(ctx, r.w.hooks.retry.Delay(n)) != nil {
+			log.Error("could not put the interrupted task back in the queue; stalled-task recovery will requeue it", "error", err)
+			return OutcomeUnreported
+		}
 	}
 }
 
@@ -685,14 +981,14 @@ func (r *workerRun) logReportLost(log *slog.Logger, call string, err error) {
 }
 
 // report runs call until it succeeds. Transient errors are retried with backoff until the hard stop, after which
-// one more attempt is made; permanent errors are returned at once. Reporting never costs the task an attempt.
+// one more attempt is made; other errors are returned at once. Reporting never costs the task an attempt.
 func (r *workerRun) report(log *slog.Logger, what string, call func(context.Context) (string, error)) (string, error) {
 	for n := 1; ; n++ {
 		status, err := call(r.reportCtx)
 		if err == nil {
 			return status, nil
 		}
-		if permanentDBError(err) || r.handlerCtx.Err() != nil || r.reportCtx.Err() != nil {
+		if !pgerr.Transient(err) || r.handlerCtx.Err() != nil || r.reportCtx.Err() != nil {
 			return "", err
 		}
 		delay := r.w.hooks.retry.Delay(n)

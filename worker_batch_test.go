@@ -2,6 +2,7 @@ package pgflow
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,51 +42,82 @@ func tracedPool(t *testing.T, url string, tracer pgx.QueryTracer) *pgxpool.Pool 
 	return pool
 }
 
-// Results of handlers that finish together are recorded together (pgflow.complete_tasks). One output the
-// database rejects makes that call fail as a whole; every other result of the batch is then recorded on its own,
-// and only the bad task fails (here it is retried, and its second output is fine): nothing is lost.
-func TestWorkerBatchedCompletionsSurviveOneRejectedOutput(t *testing.T) {
+// Results of handlers that finish together are recorded together (pgflow.complete_tasks). An output the database
+// refuses for good makes that call fail as a whole; every other result of the batch is then recorded on its own,
+// and only the refused task fails, at once and without retry, with the database's reason. Two refusals: a NUL
+// character, which jsonb cannot store (22P05), and, where the test role may lower max_stack_depth, an output
+// nested deeper than the server's stack allows (54001, program limit exceeded, the class of jsonb's 255 MB limit).
+// Before, the refused task was retried with backoff (22P05), and a class 54 error made the worker retry the whole
+// batch until the hard stop, holding the other results hostage.
+func TestWorkerBatchedCompletionsSurviveRefusedOutputs(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	db := pgtest.New(t)
 	calls := &callCounter{marker: "pgflow.complete_tasks"}
-	pool := tracedPool(t, db.URL, calls)
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.Tracer = calls
+	var superuser bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `select rolsuper from pg_roles where rolname = current_user`).Scan(&superuser))
+	if superuser {
+		cfg.ConnConfig.RuntimeParams["max_stack_depth"] = "100kB"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
 
-	const items = 40
+	const runs = 30
+	const nulRun, deepRun = 7, 19
+	deep := strings.Repeat("[", 5000) + strings.Repeat("]", 5000)
 	var started sync.WaitGroup
-	started.Add(items)
+	started.Add(runs)
 	release := make(chan struct{})
 	var once sync.Once
-	f := NewFlow[[]int]("batched")
-	MapInput(f, "each", func(ctx context.Context, tk *Task[[]int], n int) (string, error) {
+	f := NewFlow[int]("batched")
+	Step(f, "work", func(ctx context.Context, tk *Task[int]) (json.RawMessage, error) {
+		n, err := tk.FlowInput(ctx)
+		if err != nil {
+			return nil, err
+		}
 		if tk.Attempt == 1 {
 			started.Done()
 			once.Do(func() { go func() { started.Wait(); close(release) }() })
 			<-release // every first attempt finishes at the same moment
 		}
-		if n == 17 && tk.Attempt == 1 {
-			return "bad\x00output", nil // jsonb cannot store \u0000
+		switch {
+		case n == nulRun:
+			return json.RawMessage(`"bad\u0000output"`), nil // jsonb cannot store \u0000
+		case n == deepRun && superuser:
+			return json.RawMessage(deep), nil
 		}
-		return "ok", nil
-	}, MaxAttempts(2), BaseDelay(time.Second))
-	cfg, _ := testConfig(t)
-	cfg.MaxConcurrent, cfg.BatchSize = items, items
-	startWorker(t, pool, f, cfg)
+		return json.RawMessage(`"ok"`), nil
+	}, MaxAttempts(3), BaseDelay(time.Second))
+	wcfg, _ := testConfig(t)
+	wcfg.MaxConcurrent, wcfg.BatchSize = runs, runs
+	startWorker(t, pool, f, wcfg)
 
-	input := make([]int, items)
-	for i := range input {
-		input[i] = i
+	ids := make([]string, runs)
+	for i := range ids {
+		ids[i] = startRun(t, db.Pool, "batched", i)
 	}
-	runID := startRun(t, db.Pool, "batched", input)
-	res := waitRun(t, db.Pool, runID)
-	require.Equal(t, "completed", res.Status)
-	for i := range items {
-		tk := taskRow(t, db.Pool, runID, "each", i)
-		require.Equal(t, "completed", tk.Status, "task %d", i)
-		want := 1
-		if i == 17 {
-			want = 2
+	for i, id := range ids {
+		res := waitRun(t, db.Pool, id)
+		tk := taskRow(t, db.Pool, id, "work", 0)
+		require.Equal(t, 1, tk.Attempts, "run %d: attempts", i)
+		switch {
+		case i == nulRun:
+			require.Equal(t, "failed", res.Status, "run %d", i)
+			require.Equal(t, "failed", tk.Status)
+			require.Contains(t, *tk.Error, `pgflow: flow "batched", step "work": the database refused the handler's output: unsupported Unicode escape sequence`)
+			require.Contains(t, *tk.Error, "SQLSTATE 22P05")
+		case i == deepRun && superuser:
+			require.Equal(t, "failed", res.Status, "run %d", i)
+			require.Contains(t, *tk.Error, "stack depth limit exceeded")
+			require.Contains(t, *tk.Error, "SQLSTATE 54001")
+		default:
+			require.Equal(t, "completed", res.Status, "run %d", i)
+			require.JSONEq(t, `{"work": "ok"}`, string(res.Output))
 		}
-		require.Equal(t, want, tk.Attempts, "task %d: attempts", i)
 	}
 	require.Positive(t, calls.n.Load(), "results that arrived together were sent in one pgflow.complete_tasks call")
 }

@@ -8,9 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/pgflow-go/pgflow/internal/backoff"
+	"github.com/pgflow-go/pgflow/internal/pgerr"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
 )
 
@@ -28,10 +27,12 @@ const (
 // completionBatcher records the results of successful handlers. Handlers hand their output over and wait for
 // the outcome; flushers take everything queued (up to maxCompletionBatch) and record it with one
 // pgflow.complete_tasks call, which is one transaction and one commit for the whole batch. Each task's result is
-// still recorded by the same SQL logic as a single pgflow.complete_task call, and a handler learns its own
-// task's outcome. When the batch call fails with an error retrying cannot fix (for example one output the
-// database rejects), every task of the batch is recorded on its own with completeOne, so one bad result never
-// loses the others. A database without pgflow.complete_tasks (schema older than v0.18.0) is detected once and
+// still recorded by the same SQL logic as a single pgflow.complete_task call, fenced by the attempt that produced
+// it, and a handler learns its own task's outcome. When the batch call fails with an error retrying cannot fix
+// (for example one output the database refuses), every task of the batch is recorded on its own: the others
+// first, then the refused ones are failed without retry with the database's reason, so one bad result never
+// loses or delays the others. A batch never names one task twice (two attempts of a task finishing together):
+// the second goes in a batch of its own. A database without pgflow.complete_tasks (schema older than v0.18.0) is detected once and
 // then served one task at a time. Nothing is acknowledged before it is committed: a crash loses only results
 // that were not recorded, and their tasks are redone after stalled-task recovery, as without batching.
 type completionBatcher struct {
@@ -45,7 +46,7 @@ type completionBatcher struct {
 
 type pendingCompletion struct {
 	log  *slog.Logger
-	t    sqlapi.ClaimedTask
+	t    claimedTask
 	out  json.RawMessage
 	done chan TaskOutcome
 }
@@ -67,7 +68,7 @@ func (b *completionBatcher) stop() {
 }
 
 // complete queues one successful result and waits for its outcome.
-func (b *completionBatcher) complete(log *slog.Logger, t sqlapi.ClaimedTask, out json.RawMessage) TaskOutcome {
+func (b *completionBatcher) complete(log *slog.Logger, t claimedTask, out json.RawMessage) TaskOutcome {
 	p := &pendingCompletion{log: log, t: t, out: out, done: make(chan TaskOutcome, 1)}
 	select {
 	case b.queue <- p:
@@ -137,47 +138,70 @@ func (b *completionBatcher) gather(first *pendingCompletion) []*pendingCompletio
 
 // flush records a batch and hands every task its outcome.
 func (b *completionBatcher) flush(batch []*pendingCompletion) {
+	batch, again := splitRepeatedTasks(batch)
+	defer func() {
+		if len(again) > 0 {
+			b.flush(again)
+		}
+	}()
 	if len(batch) == 1 || b.unsupported.Load() {
 		b.oneByOne(batch)
 		return
 	}
 	results := make([]sqlapi.TaskResult, len(batch))
 	for i, p := range batch {
-		results[i] = sqlapi.TaskResult{RunID: p.t.RunID, StepSlug: p.t.StepSlug, TaskIndex: p.t.TaskIndex, Output: p.out}
+		results[i] = sqlapi.TaskResult{RunID: p.t.RunID, StepSlug: p.t.StepSlug, TaskIndex: p.t.TaskIndex, Output: p.out, Attempt: p.t.Attempt}
 	}
-	statuses, err := b.record(results)
+	done, err := b.record(results)
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42883" { // undefined function: schema before v0.18.0
+		if pgerr.Code(err) == "42883" && !b.r.w.fencing { // undefined function: schema before v0.18.0
 			if b.unsupported.CompareAndSwap(false, true) {
 				b.r.log.Info("pgflow.complete_tasks is not installed (schema before v0.18.0): recording results one task at a time; run `pgflow migrate up` to batch them")
 			}
 		} else {
-			b.r.log.Debug("recording a batch of results failed; recording them one task at a time", "tasks", len(batch), "error", err)
+			b.r.log.Warn("the database refused a batch of results; recording them one task at a time", "tasks", len(batch), "error", err)
 		}
 		b.oneByOne(batch)
 		return
 	}
 	for i, p := range batch {
-		if statuses[i] == "completed" {
-			p.done <- OutcomeCompleted
+		p.done <- b.r.completionOutcome(p.log, p.t, done[i])
+	}
+}
+
+// splitRepeatedTasks keeps the first result of each task in batch and returns the others apart.
+func splitRepeatedTasks(batch []*pendingCompletion) (unique, again []*pendingCompletion) {
+	if len(batch) < 2 {
+		return batch, nil
+	}
+	type key struct {
+		run, step string
+		index     int
+	}
+	seen := make(map[key]bool, len(batch))
+	unique = batch[:0:0]
+	for _, p := range batch {
+		k := key{p.t.RunID, p.t.StepSlug, p.t.TaskIndex}
+		if seen[k] {
+			again = append(again, p)
 			continue
 		}
-		p.log.Info("task result not recorded: the task is no longer running (its run failed or its step finished)", "status", statuses[i])
-		p.done <- OutcomeNotRecorded
+		seen[k] = true
+		unique = append(unique, p)
 	}
+	return unique, again
 }
 
 // record calls pgflow.complete_tasks until it succeeds. Transient errors are retried with backoff until the
 // hard stop (as single reports are); any other error is returned at once, and then nothing was recorded.
-func (b *completionBatcher) record(results []sqlapi.TaskResult) ([]string, error) {
+func (b *completionBatcher) record(results []sqlapi.TaskResult) ([]sqlapi.CompletedTask, error) {
 	r := b.r
 	for n := 1; ; n++ {
-		statuses, err := sqlapi.CompleteTasks(r.reportCtx, r.w.pool, results)
+		done, err := sqlapi.CompleteTasks(r.reportCtx, r.w.pool, results, r.w.fencing)
 		if err == nil {
-			return statuses, nil
+			return done, nil
 		}
-		if permanentDBError(err) || r.handlerCtx.Err() != nil || r.reportCtx.Err() != nil {
+		if !pgerr.Transient(err) || r.handlerCtx.Err() != nil || r.reportCtx.Err() != nil {
 			return nil, err
 		}
 		delay := r.w.hooks.retry.Delay(n)
@@ -187,8 +211,20 @@ func (b *completionBatcher) record(results []sqlapi.TaskResult) ([]string, error
 	}
 }
 
+// oneByOne records each result on its own: first every result the database accepts, then it fails the tasks
+// whose output it refused, so that a refused task failing its run cannot keep the others from being recorded.
 func (b *completionBatcher) oneByOne(batch []*pendingCompletion) {
+	var refused []*pendingCompletion
+	var reasons []error
 	for _, p := range batch {
-		p.done <- b.r.completeOne(p.log, p.t, p.out)
+		o, why := b.r.tryComplete(p.log, p.t, p.out)
+		if why != nil {
+			refused, reasons = append(refused, p), append(reasons, why)
+			continue
+		}
+		p.done <- o
+	}
+	for i, p := range refused {
+		p.done <- b.r.refuseOutput(p.log, p.t, reasons[i])
 	}
 }

@@ -47,8 +47,34 @@ type Hooks interface {
 	// HandlerDone reports that a task's handler returned (or panicked), with how long it ran.
 	HandlerDone(ctx context.Context, e HandlerEvent)
 	// TaskFinished reports what became of a started task: completed, retried, failed, not recorded (the task
-	// was no longer running) or unreported (the database could not be reached).
+	// was no longer running), stale (another attempt of the task is current), released (put back in the queue by
+	// a shutdown) or unreported (the database could not be reached).
 	TaskFinished(ctx context.Context, e TaskFinishedEvent)
+	// StaleResult reports a handler result that was not recorded because the attempt that produced it is no
+	// longer the task's current attempt: the task was recovered after its timeout and claimed again, so the
+	// database fenced the report (Reason StaleSuperseded; that task's TaskFinished has OutcomeStale), or the
+	// handler returned after its step timeout had already failed the attempt (StaleTimedOut; reported after the
+	// task's TaskFinished). Nothing was changed in the database. ctx is the context Run was called with, without
+	// its cancellation.
+	StaleResult(ctx context.Context, e StaleResultEvent)
+}
+
+// Reasons of a stale result, as in StaleResultEvent.Reason.
+const (
+	// StaleSuperseded: the database refused the report because another attempt of the task is current (the task
+	// was recovered after its timeout and claimed again, possibly by another worker).
+	StaleSuperseded = "superseded"
+	// StaleTimedOut: the handler returned after its step timeout, when the worker had already failed the attempt.
+	StaleTimedOut = "timed_out"
+)
+
+// StaleResultEvent is a result dropped because its attempt is no longer current. It carries the task's identity
+// (Attempt is the stale attempt), never the output.
+type StaleResultEvent struct {
+	TaskEvent
+	Reason         string // StaleSuperseded or StaleTimedOut
+	Err            error  // the handler's error when the stale result was a failure; nil for a success
+	CurrentAttempt int    // the task's current attempt when the database reported it; 0 when unknown
 }
 
 // TaskEvent identifies the task attempt an event is about and when the event happened.
@@ -132,6 +158,12 @@ const (
 	OutcomeNotRecorded TaskOutcome = "not_recorded"
 	// OutcomeUnreported: the worker could not report the result; stalled-task recovery will requeue the task.
 	OutcomeUnreported TaskOutcome = "unreported"
+	// OutcomeStale: the result was not recorded because another attempt of the task is current (the task was
+	// recovered after its timeout and claimed again); see Hooks.StaleResult.
+	OutcomeStale TaskOutcome = "stale"
+	// OutcomeReleased: the worker shut down while the handler ran; the task went back to its queue without
+	// spending the attempt.
+	OutcomeReleased TaskOutcome = "released"
 )
 
 // TaskFinishedEvent reports the end of a started task. Time is when its result was reported.
@@ -158,6 +190,9 @@ func (NoopHooks) HandlerDone(context.Context, HandlerEvent) {}
 
 // TaskFinished does nothing.
 func (NoopHooks) TaskFinished(context.Context, TaskFinishedEvent) {}
+
+// StaleResult does nothing.
+func (NoopHooks) StaleResult(context.Context, StaleResultEvent) {}
 
 // MultiHooks returns Hooks that passes every event to each of hooks in order (nil entries are ignored).
 // TaskStarted chains the contexts: each hook receives the context returned by the one before it. A worker
@@ -221,6 +256,12 @@ func (m multiHooks) TaskFinished(ctx context.Context, e TaskFinishedEvent) {
 	}
 }
 
+func (m multiHooks) StaleResult(ctx context.Context, e StaleResultEvent) {
+	for _, h := range m {
+		h.StaleResult(ctx, e)
+	}
+}
+
 const (
 	hookQueueSize        = 4096             // events waiting for delivery before new ones are dropped
 	hookFlushTimeout     = 5 * time.Second  // how long a stopping worker waits for queued events to be delivered
@@ -234,6 +275,7 @@ const (
 	hookClaimed
 	hookHandler
 	hookFinished
+	hookStale
 )
 
 // hookCall is one queued event.
@@ -244,6 +286,7 @@ type hookCall struct {
 	task     TaskEvent
 	handler  HandlerEvent
 	finished TaskFinishedEvent
+	stale    StaleResultEvent
 }
 
 // observer delivers a worker's events to its hooks (see Hooks for the guarantees). A nil *observer (no hooks
@@ -345,6 +388,8 @@ func (o *observer) call(c hookCall) {
 			o.guard(h, "HandlerDone", func() { h.HandlerDone(c.ctx, c.handler) })
 		case hookFinished:
 			o.guard(h, "TaskFinished", func() { h.TaskFinished(c.ctx, c.finished) })
+		case hookStale:
+			o.guard(h, "StaleResult", func() { h.StaleResult(c.ctx, c.stale) })
 		}
 	}
 }
@@ -417,6 +462,15 @@ func (o *observer) taskFinished(ctx context.Context, meta TaskMeta, outcome Task
 	}
 	o.enqueue(hookCall{kind: hookFinished, ctx: context.WithoutCancel(ctx), finished: TaskFinishedEvent{
 		TaskEvent: TaskEvent{TaskMeta: meta, Time: now}, Outcome: outcome, Duration: d,
+	}})
+}
+
+func (o *observer) staleResult(meta TaskMeta, reason string, err error, current int) {
+	if o == nil {
+		return
+	}
+	o.enqueue(hookCall{kind: hookStale, ctx: o.base, stale: StaleResultEvent{
+		TaskEvent: TaskEvent{TaskMeta: meta, Time: time.Now()}, Reason: reason, Err: err, CurrentAttempt: current,
 	}})
 }
 

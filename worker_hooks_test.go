@@ -29,6 +29,7 @@ type recordedEvent struct {
 	poll     PollEvent
 	handler  HandlerEvent
 	finished TaskFinishedEvent
+	stale    StaleResultEvent
 	ctxMark  any // the value of markKey in the context the hook received
 }
 
@@ -68,10 +69,36 @@ func (h *recordingHooks) TaskFinished(ctx context.Context, e TaskFinishedEvent) 
 	h.add(ctx, recordedEvent{method: "TaskFinished", task: e.TaskEvent, finished: e})
 }
 
+func (h *recordingHooks) StaleResult(ctx context.Context, e StaleResultEvent) {
+	h.add(ctx, recordedEvent{method: "StaleResult", task: e.TaskEvent, stale: e})
+}
+
 func (h *recordingHooks) snapshot() []recordedEvent {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]recordedEvent(nil), h.events...)
+}
+
+// outcomes returns the outcomes of the TaskFinished events, in order.
+func (h *recordingHooks) outcomes() []TaskOutcome {
+	var out []TaskOutcome
+	for _, e := range h.snapshot() {
+		if e.method == "TaskFinished" {
+			out = append(out, e.finished.Outcome)
+		}
+	}
+	return out
+}
+
+// staleResults returns the StaleResult events, in order.
+func (h *recordingHooks) staleResults() []StaleResultEvent {
+	var out []StaleResultEvent
+	for _, e := range h.snapshot() {
+		if e.method == "StaleResult" {
+			out = append(out, e.stale)
+		}
+	}
+	return out
 }
 
 func (h *recordingHooks) count(method string) int {
@@ -260,6 +287,7 @@ func (panickyHooks) TaskStarted(context.Context, TaskEvent) context.Context {
 }
 func (panickyHooks) HandlerDone(context.Context, HandlerEvent)       { panic("handler hook bug") }
 func (panickyHooks) TaskFinished(context.Context, TaskFinishedEvent) { panic("finish hook bug") }
+func (panickyHooks) StaleResult(context.Context, StaleResultEvent)   { panic("stale hook bug") }
 
 func TestHooksPanicsAreRecoveredAndLogged(t *testing.T) {
 	t.Parallel()

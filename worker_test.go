@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgflow-go/pgflow/internal/pgerr"
 	"github.com/pgflow-go/pgflow/internal/pgtest"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
 )
@@ -408,7 +409,8 @@ func TestWorkerOutputRejectedByDatabaseFailsTask(t *testing.T) {
 	require.Equal(t, "failed", waitRun(t, db.Pool, runID).Status)
 	tk := taskRow(t, db.Pool, runID, "nul", 0)
 	require.Equal(t, "failed", tk.Status)
-	require.Contains(t, *tk.Error, "the database rejected the handler's output")
+	require.Contains(t, *tk.Error, `pgflow: flow "nul_output", step "nul": the database refused the handler's output: unsupported Unicode escape sequence`)
+	require.Contains(t, *tk.Error, "SQLSTATE 22P05")
 }
 
 func TestWorkerShutdownMidTaskFinishesAndReports(t *testing.T) {
@@ -451,32 +453,54 @@ func TestWorkerShutdownMidTaskFinishesAndReports(t *testing.T) {
 	require.Len(t, started, 0)
 }
 
-func TestWorkerHardStopCancelsHandlerContext(t *testing.T) {
+// A handler still running at the hard stop of a shutdown has its context cancelled; the task goes back to the
+// queue without spending the attempt (pgflow.release_tasks), so a deploy never fails a run with MaxAttempts(1).
+// Before, the interrupted attempt was recorded as failed and the run failed.
+func TestWorkerHardStopReleasesInterruptedTask(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	f := NewFlow[int]("hard_stop")
 	started := make(chan struct{})
+	var calls atomic.Int32
 	Step(f, "stubborn", func(ctx context.Context, tk *Task[int]) (int, error) {
+		if calls.Add(1) > 1 {
+			return 7, nil // the next worker's run of the task
+		}
 		close(started)
 		<-ctx.Done()
 		return 0, fmt.Errorf("upload interrupted: %w", ctx.Err())
-	})
-	cfg, _ := testConfig(t)
+	}, MaxAttempts(1))
+	hooks := &recordingHooks{}
+	cfg, logs := testConfig(t)
 	cfg.ShutdownTimeout = 200 * time.Millisecond
+	cfg.Hooks = hooks
 	rw := startWorker(t, db.Pool, f, cfg)
 	runID := startRun(t, db.Pool, "hard_stop", 1)
 	waitClosed(t, "handler start", started)
 	require.NoError(t, rw.stop(t))
 
 	tk := taskRow(t, db.Pool, runID, "stubborn", 0)
-	require.Equal(t, "queued", tk.Status, "the interrupted attempt is recorded as failed and retried")
-	require.Equal(t, 1, tk.Attempts)
-	require.Contains(t, *tk.Error, "shut down")
-	require.Contains(t, *tk.Error, "upload interrupted: context canceled")
+	require.Equal(t, "queued", tk.Status, "the interrupted task went back to the queue")
+	require.Zero(t, tk.Attempts, "the interrupted attempt is not counted")
+	require.Nil(t, tk.Error)
+	var run string
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `select status from pgflow.runs where run_id = $1`, runID).Scan(&run))
+	require.Equal(t, "started", run)
+	require.Contains(t, logs.String(), "task put back in the queue without spending its attempt")
+	require.Equal(t, []TaskOutcome{OutcomeReleased}, hooks.outcomes())
 	_, stopped := workerRow(t, db.Pool, rw.w.ID())
 	require.True(t, stopped)
+
+	// Its message is visible at once: the next worker runs the task as attempt 1 and the run completes.
+	cfg2, _ := testConfig(t)
+	startWorker(t, db.Pool, f, cfg2)
+	res := waitRun(t, db.Pool, runID)
+	require.Equal(t, "completed", res.Status)
+	require.Equal(t, 1, taskRow(t, db.Pool, runID, "stubborn", 0).Attempts)
 }
 
+// A handler that ignores the cancellation of its context is given up after the abandon grace; its task is put
+// back in the queue without spending the attempt instead of staying started until stalled-task recovery.
 func TestWorkerAbandonsHandlersThatIgnoreCancellation(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
@@ -498,7 +522,9 @@ func TestWorkerAbandonsHandlersThatIgnoreCancellation(t *testing.T) {
 	require.Contains(t, logs.String(), "handlers ignored the cancellation")
 	_, stopped := workerRow(t, db.Pool, rw.w.ID())
 	require.True(t, stopped)
-	require.Equal(t, "started", taskRow(t, db.Pool, runID, "deaf", 0).Status)
+	tk := taskRow(t, db.Pool, runID, "deaf", 0)
+	require.Equal(t, "queued", tk.Status)
+	require.Zero(t, tk.Attempts)
 }
 
 // shapeFlow returns a flow named slug with the given root step slugs.
@@ -1138,19 +1164,19 @@ func TestRunWorkerStopsOnSIGTERM(t *testing.T) {
 	require.True(t, stopped)
 }
 
-func TestPermanentDBErrorClassification(t *testing.T) {
+// The worker and the client classify database errors alike (internal/pgerr): before, 57014, 55P03 and XX000
+// aborted WaitRun but were retried by the worker, and class 54 was retried by the worker forever.
+func TestWorkerAndClientClassifyDatabaseErrorsAlike(t *testing.T) {
 	t.Parallel()
-	perm := func(code string) bool {
-		return permanentDBError(fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: code}))
+	wrap := func(code string) error { return fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: code}) }
+	for _, code := range []string{"42883", "42P01", "42501", "3F000", "22P05", "23505", "P0001", "28P01", "3D000", "54000", "54001", "XX000"} {
+		require.False(t, pgerr.Transient(wrap(code)), "worker retries %s", code)
+		require.False(t, retryRead(wrap(code)), "client retries %s", code)
 	}
-	for _, code := range []string{"42883", "42P01", "42501", "3F000", "22P05", "23505", "P0001", "28P01", "3D000"} {
-		require.True(t, perm(code), code)
+	for _, code := range []string{"08006", "40001", "40P01", "53300", "57P01", "57014", "55P03"} {
+		require.True(t, pgerr.Transient(wrap(code)), "worker gives up on %s", code)
+		require.True(t, retryRead(wrap(code)), "client gives up on %s", code)
 	}
-	for _, code := range []string{"08006", "40001", "40P01", "53300", "57P01", "57014", "55P03", "XX000"} {
-		require.False(t, perm(code), code)
-	}
-	require.False(t, permanentDBError(errors.New("dial tcp 127.0.0.1:1: connection refused")))
-	require.False(t, permanentDBError(context.DeadlineExceeded))
-	require.Contains(t, schemaHint(&pgconn.PgError{Code: "42883"}), "pgflow migrate up")
-	require.Empty(t, schemaHint(&pgconn.PgError{Code: "40001"}))
+	require.True(t, retryRead(errors.New("dial tcp 127.0.0.1:1: connection refused")))
+	require.Equal(t, pgerr.KindCanceled, pgerr.Classify(context.DeadlineExceeded))
 }

@@ -72,7 +72,7 @@ func (q *queueWaker) close() { q.l.Close() }
 // listening worker reads with pgmq.read, which never waits, and when the queue has nothing visible it waits for
 // a notification (or listenPollInterval, or MaxPollWait if shorter) and returns nothing, so the caller polls
 // again at once. Otherwise the worker waits inside pgmq.read_with_poll.
-func (r *workerRun) poll(n int) (read int, tasks []sqlapi.ClaimedTask, err error) {
+func (r *workerRun) poll(n int) (read int, tasks []claimedTask, err error) {
 	q := r.waker
 	if q == nil || !q.listening() {
 		msgs, err := sqlapi.ReadWithPoll(r.loopCtx, r.w.pool, r.w.queue, r.cfg.vtSeconds, n, r.cfg.maxPollSeconds, r.cfg.pollIntervalMs)

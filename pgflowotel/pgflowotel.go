@@ -21,6 +21,10 @@
 //	pgflow.handler.duration  histogram, s  {pgflow.flow, pgflow.step, pgflow.queue, pgflow.handler.outcome}
 //	pgflow.task.finished     counter       {pgflow.flow, pgflow.step, pgflow.queue, pgflow.outcome}
 //	pgflow.task.duration     histogram, s  {pgflow.flow, pgflow.step, pgflow.queue, pgflow.outcome}
+//	pgflow.task.stale        counter       {pgflow.flow, pgflow.step, pgflow.queue, pgflow.stale.reason}
+//
+// pgflow.task.stale counts results not recorded because their attempt was no longer the task's current one
+// (Hooks.StaleResult); a task whose report was fenced also ends its span with outcome "stale" and status Error.
 //
 // The package lives apart from pgflow so that programs that do not use OpenTelemetry do not depend on it.
 package pgflowotel
@@ -55,6 +59,7 @@ const (
 	AttrOutcome        = attribute.Key("pgflow.outcome")         // task outcome: completed, retried, failed, ...
 	AttrHandlerOutcome = attribute.Key("pgflow.handler.outcome") // ok, error, panic
 	AttrPollOutcome    = attribute.Key("pgflow.poll.outcome")    // claimed, empty, unclaimed, error
+	AttrStaleReason    = attribute.Key("pgflow.stale.reason")    // superseded, timed_out
 )
 
 // Options configures Hooks. The zero value uses the global providers.
@@ -77,6 +82,7 @@ type Hooks struct {
 	handlerDuration metric.Float64Histogram
 	finished        metric.Int64Counter
 	taskDuration    metric.Float64Histogram
+	stale           metric.Int64Counter
 }
 
 var _ pgflow.Hooks = (*Hooks)(nil)
@@ -116,12 +122,16 @@ func New(opts Options) (*Hooks, error) {
 		return nil, fail("pgflow.handler.duration", err)
 	}
 	if h.finished, err = meter.Int64Counter("pgflow.task.finished", metric.WithUnit("{task}"),
-		metric.WithDescription("Finished tasks by outcome: completed, retried, failed, not_recorded, unreported.")); err != nil {
+		metric.WithDescription("Finished tasks by outcome: completed, retried, failed, not_recorded, stale, released, unreported.")); err != nil {
 		return nil, fail("pgflow.task.finished", err)
 	}
 	if h.taskDuration, err = meter.Float64Histogram("pgflow.task.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time from a task's start until its result is recorded.")); err != nil {
 		return nil, fail("pgflow.task.duration", err)
+	}
+	if h.stale, err = meter.Int64Counter("pgflow.task.stale", metric.WithUnit("{result}"),
+		metric.WithDescription("Handler results not recorded because their attempt was no longer current (superseded, timed_out).")); err != nil {
+		return nil, fail("pgflow.task.stale", err)
 	}
 	return h, nil
 }
@@ -213,6 +223,13 @@ func (h *Hooks) TaskFinished(ctx context.Context, e pgflow.TaskFinishedEvent) {
 		span.SetStatus(codes.Error, "task failed; no attempts left")
 	case pgflow.OutcomeUnreported:
 		span.SetStatus(codes.Error, "the task's result could not be reported")
+	case pgflow.OutcomeStale:
+		span.SetStatus(codes.Error, "the result was not recorded: another attempt of the task is current")
 	}
 	span.End(trace.WithTimestamp(e.Time))
+}
+
+// StaleResult implements pgflow.Hooks: it counts the stale result.
+func (h *Hooks) StaleResult(ctx context.Context, e pgflow.StaleResultEvent) {
+	h.stale.Add(ctx, 1, taskAttrs(e.TaskMeta, AttrStaleReason.String(e.Reason)))
 }

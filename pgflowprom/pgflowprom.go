@@ -50,8 +50,10 @@ type Options struct {
 //	pgflow_tasks_in_flight{flow,step,queue}                tasks started and not yet finished
 //	pgflow_handler_duration_seconds{flow,step,queue,outcome} handler run time (outcome: ok, error, panic)
 //	pgflow_tasks_finished_total{flow,step,queue,outcome}   finished tasks (outcome: completed, retried, failed,
-//	                                                       not_recorded, unreported)
+//	                                                       not_recorded, stale, released, unreported)
 //	pgflow_task_duration_seconds{flow,step,queue,outcome}  handler + reporting its result
+//	pgflow_stale_results_total{flow,step,queue,reason}     results not recorded because their attempt was no longer
+//	                                                       current (reason: superseded, timed_out)
 type Collector struct {
 	polls       *prometheus.CounterVec
 	pollSeconds *prometheus.HistogramVec
@@ -61,6 +63,7 @@ type Collector struct {
 	handler     *prometheus.HistogramVec
 	finished    *prometheus.CounterVec
 	taskSeconds *prometheus.HistogramVec
+	stale       *prometheus.CounterVec
 }
 
 var _ pgflow.Hooks = (*Collector)(nil)
@@ -104,16 +107,20 @@ func New(opts Options) *Collector {
 			"Run time of step handlers, by outcome: ok, error or panic.",
 			"flow", "step", "queue", "outcome"),
 		finished: counter("tasks_finished_total",
-			"Finished tasks by outcome: completed, retried, failed, not_recorded or unreported.",
+			"Finished tasks by outcome: completed, retried, failed, not_recorded, stale, released or unreported.",
 			"flow", "step", "queue", "outcome"),
 		taskSeconds: histogram("task_duration_seconds",
 			"Time from a task's start to its result being recorded: the handler plus reporting.",
 			"flow", "step", "queue", "outcome"),
+		stale: counter("stale_results_total",
+			"Handler results not recorded because their attempt was no longer the task's current one, by reason: "+
+				"superseded (the task was recovered and claimed again) or timed_out (the handler returned after its step timeout).",
+			"flow", "step", "queue", "reason"),
 	}
 }
 
 func (c *Collector) collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.polls, c.pollSeconds, c.messages, c.claimed, c.inFlight, c.handler, c.finished, c.taskSeconds}
+	return []prometheus.Collector{c.polls, c.pollSeconds, c.messages, c.claimed, c.inFlight, c.handler, c.finished, c.taskSeconds, c.stale}
 }
 
 // Describe implements prometheus.Collector.
@@ -162,6 +169,11 @@ func (c *Collector) TaskFinished(_ context.Context, e pgflow.TaskFinishedEvent) 
 	c.inFlight.WithLabelValues(e.FlowSlug, e.StepSlug, e.QueueName).Dec()
 	c.finished.WithLabelValues(e.FlowSlug, e.StepSlug, e.QueueName, outcome).Inc()
 	c.taskSeconds.WithLabelValues(e.FlowSlug, e.StepSlug, e.QueueName, outcome).Observe(e.Duration.Seconds())
+}
+
+// StaleResult implements pgflow.Hooks.
+func (c *Collector) StaleResult(_ context.Context, e pgflow.StaleResultEvent) {
+	c.stale.WithLabelValues(e.FlowSlug, e.StepSlug, e.QueueName, e.Reason).Inc()
 }
 
 // Handler serves the metrics of g in the Prometheus exposition format (mount it at /metrics). Errors while

@@ -168,3 +168,32 @@ func connectionError(err error) bool {
 	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "conn busy") ||
 		strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe")
 }
+
+// Misconfigured reports whether err says that the database cannot serve this kind of request at all, whatever
+// its arguments: the schema is missing or older than the caller (class 42 syntax/undefined objects, 3F), the role
+// lacks a privilege or cannot log in (28, 0L, 0P), the database is unknown or gone (3D, 57P04). Such an error is
+// no verdict on the data a request carried.
+func Misconfigured(err error) bool {
+	code := Code(err)
+	if len(code) != 5 {
+		return false
+	}
+	switch code[:2] {
+	case "42", "3F", "28", "0L", "0P", "3D":
+		return true
+	}
+	return code == "57P04"
+}
+
+// Reason renders err for a stored error message: the server's message and SQLSTATE for a database error (no
+// statement text or call wrapping), err.Error() otherwise.
+func Reason(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if pgErr.Detail != "" {
+			return pgErr.Message + " (" + pgErr.Detail + "; SQLSTATE " + pgErr.Code + ")"
+		}
+		return pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"
+	}
+	return err.Error()
+}

@@ -152,3 +152,17 @@ func TestMissingSchemaHint(t *testing.T) {
 	require.Empty(t, SchemaHint(errors.New("x")))
 	require.Equal(t, "transient", KindTransient.String())
 }
+
+func TestMisconfiguredAndReason(t *testing.T) {
+	t.Parallel()
+	for code, want := range map[string]bool{
+		"42883": true, "42501": true, "3F000": true, "28P01": true, "3D000": true, "57P04": true,
+		"22P05": false, "54000": false, "54001": false, "P0001": false, "XX000": false, "40001": false, "": false,
+	} {
+		require.Equal(t, want, Misconfigured(fmt.Errorf("x: %w", &pgconn.PgError{Code: code})), code)
+	}
+	require.Equal(t, "unsupported Unicode escape sequence (\\u0000 cannot be converted to text.; SQLSTATE 22P05)",
+		Reason(fmt.Errorf("sqlapi: call: %w", &pgconn.PgError{Code: "22P05", Message: "unsupported Unicode escape sequence", Detail: "\\u0000 cannot be converted to text."})))
+	require.Equal(t, "stack depth limit exceeded (SQLSTATE 54001)", Reason(&pgconn.PgError{Code: "54001", Message: "stack depth limit exceeded"}))
+	require.Equal(t, "plain", Reason(errors.New("plain")))
+}
