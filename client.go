@@ -114,12 +114,13 @@ func StartRun[I any](ctx context.Context, c *Client, flow *Flow[I], input I, opt
 	if flow == nil {
 		return nil, errors.New("pgflow: StartRun with a nil flow")
 	}
+	subject := startSubject(startOptionsOf(opts).runID, flow.Slug())
 	if err := flow.Err(); err != nil {
-		return nil, fmt.Errorf("pgflow: start run of flow %q: invalid definition: %w", flow.Slug(), err)
+		return nil, fmt.Errorf("%s: invalid definition: %w", subject, err)
 	}
 	raw, err := json.Marshal(input)
 	if err != nil {
-		return nil, fmt.Errorf("pgflow: start run of flow %q: encode input %T: %w", flow.Slug(), input, err)
+		return nil, fmt.Errorf("%s: encode input %T: %w", subject, input, err)
 	}
 	return c.StartRunJSON(ctx, flow.Slug(), raw, opts...)
 }
@@ -143,19 +144,9 @@ func (c *Client) StartRunTx(ctx context.Context, tx pgx.Tx, flowSlug string, inp
 }
 
 func (c *Client) start(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowSlug string, input json.RawMessage, opts []StartOption) (*Run, error) {
-	var o startOptions
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
-	}
+	o := startOptionsOf(opts)
 	if flowSlug == "" {
-		return nil, fmt.Errorf("pgflow: start run: empty flow slug: %w", ErrFlowNotFound)
-	}
-	if len(strings.TrimSpace(string(input))) == 0 {
-		input = json.RawMessage("null")
-	} else if !json.Valid(input) {
-		return nil, fmt.Errorf("pgflow: start run of flow %q: input is not valid JSON: %.100q", flowSlug, input)
+		return nil, fmt.Errorf("%s: empty flow slug: %w", startSubject(o.runID, ""), ErrFlowNotFound)
 	}
 	runID := ""
 	if o.runID != "" {
@@ -164,6 +155,13 @@ func (c *Client) start(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowSlug 
 			return nil, fmt.Errorf("pgflow: start run of flow %q: %w", flowSlug, err)
 		}
 		runID = id
+	}
+	if len(strings.TrimSpace(string(input))) == 0 {
+		input = json.RawMessage("null")
+	} else if !json.Valid(input) {
+		return nil, fmt.Errorf("%s: input is not valid JSON: %.100q", startSubject(runID, flowSlug), input)
+	}
+	if runID != "" {
 		// Most repeated starts find their run here, without an error in the server log.
 		existing, err := sqlapi.GetRunWithStates(ctx, db, runID)
 		if err != nil {
@@ -189,17 +187,41 @@ func (c *Client) start(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowSlug 
 		}
 		return existingRun(existing, flowSlug)
 	case sqlapi.IsUnknownFlow(err):
-		return nil, fmt.Errorf("pgflow: start run of flow %q: %w (compile it first: start a worker for it or run its CompileSQL statements)", flowSlug, ErrFlowNotFound)
+		return nil, fmt.Errorf("%s: %w (compile it first: start a worker for it or run its CompileSQL statements)", startSubject(runID, flowSlug), ErrFlowNotFound)
 	case sqlapi.IsInvalidRunID(err):
-		return nil, fmt.Errorf("pgflow: start run of flow %q: %w: %w", flowSlug, ErrInvalidRunID, err)
+		return nil, fmt.Errorf("%s: %w: %w", startSubject(runID, flowSlug), ErrInvalidRunID, err)
 	default:
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "P0001" {
 			// A check of start_flow, e.g. "Flow x has root map steps but input is not an array (got object)".
-			return nil, fmt.Errorf("pgflow: start run of flow %q: %s: %w", flowSlug, pgErr.Message, err)
+			return nil, fmt.Errorf("%s: %s: %w", startSubject(runID, flowSlug), pgErr.Message, err)
 		}
-		return nil, fmt.Errorf("pgflow: start run of flow %q: %w", flowSlug, err)
+		return nil, fmt.Errorf("%s: %w", startSubject(runID, flowSlug), err)
 	}
+}
+
+// startOptionsOf applies opts.
+func startOptionsOf(opts []StartOption) startOptions {
+	var o startOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	return o
+}
+
+// startSubject names what a start error is about: the run (when its id is known) and the flow.
+func startSubject(runID, flowSlug string) string {
+	switch {
+	case runID == "" && flowSlug == "":
+		return "pgflow: start run"
+	case runID == "":
+		return fmt.Sprintf("pgflow: start run of flow %q", flowSlug)
+	case flowSlug == "":
+		return fmt.Sprintf("pgflow: start run %s", runID)
+	}
+	return fmt.Sprintf("pgflow: start run %s of flow %q", runID, flowSlug)
 }
 
 // startOnce calls start_flow_with_states; inside a caller's transaction it does so under a savepoint, so a

@@ -85,9 +85,12 @@ func BaseDelay(d time.Duration) Option {
 	}}
 }
 
-// Timeout sets the task timeout, a whole number of seconds >= 3 s: while a task runs its message stays
+// Timeout sets the task timeout, a whole number of seconds >= 3 s. The handler's context carries it as its
+// deadline, measured from the claim; when it passes, the attempt fails with an error naming the step and the
+// timeout (e.g. `step "charge" timed out after 5s (attempt 2 of 3)`) and the step's retry policy applies, even if
+// the handler ignores its context (what it returns later is dropped). While a task runs its message stays
 // invisible for Timeout + 2 s, and a task started longer than the timeout + 30 s ago is considered stalled and
-// requeued. Handlers are not cancelled at the timeout. Database default on a flow: 60 s.
+// requeued. Database default on a flow: 60 s.
 func Timeout(d time.Duration) Option {
 	return Option{name: "Timeout", apply: func(v *optionValues) *optionProblem {
 		s, p := wholeSeconds("Timeout", d, 3)

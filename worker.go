@@ -737,11 +737,15 @@ func (r *workerRun) runTask(t claimedTask) {
 	elapsed := res.finished.Sub(start)
 	err := res.err
 	if !res.finished.Before(deadline) {
-		// The deadline passed before the handler returned: the attempt timed out, whatever it returned.
+		// The deadline passed before the handler returned: the attempt timed out, whatever it returned. The
+		// recorded error is the timeout alone (the same whether the worker noticed the deadline or the handler's
+		// return first); what the handler returned goes to the log.
 		if err == nil {
 			r.staleResult(log, meta, StaleTimedOut, nil, 0)
+		} else {
+			log.Debug("the handler of a timed-out attempt returned an error", "error", err)
 		}
-		err = timeoutFailure(timedOut, err)
+		err = timedOut
 	}
 	r.w.obs.handlerDone(ctx, meta, elapsed, err)
 	if err == nil {
@@ -771,15 +775,6 @@ func (r *workerRun) runTask(t claimedTask) {
 			r.cfg.WorkerID, r.cfg.ShutdownTimeout, msg)
 	}
 	r.w.obs.taskFinished(ctx, meta, r.reportFailure(log, t, msg, permanent))
-}
-
-// timeoutFailure is the error recorded for an attempt whose step timeout passed; the handler's own error, if
-// it returned one, is kept after it.
-func timeoutFailure(timedOut *stepTimeoutError, handlerErr error) error {
-	if handlerErr == nil || errors.Is(handlerErr, ErrStepTimeout) && handlerErr.Error() == timedOut.Error() {
-		return timedOut
-	}
-	return fmt.Errorf("%w: %w", timedOut, handlerErr)
 }
 
 // timeoutWithoutHandler fails an attempt whose handler is still running at its step's deadline, without waiting
