@@ -286,7 +286,8 @@ func TestTwoHooksEndTheirOwnSpans(t *testing.T) {
 	expA, expB := tracetest.NewInMemoryExporter(), tracetest.NewInMemoryExporter()
 	tpA := sdktrace.NewTracerProvider(sdktrace.WithSyncer(expA))
 	tpB := sdktrace.NewTracerProvider(sdktrace.WithSyncer(expB))
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	a, err := pgflowotel.New(pgflowotel.Options{TracerProvider: tpA, MeterProvider: mp})
 	require.NoError(t, err)
 	b, err := pgflowotel.New(pgflowotel.Options{TracerProvider: tpB, MeterProvider: mp})
@@ -303,6 +304,24 @@ func TestTwoHooksEndTheirOwnSpans(t *testing.T) {
 	require.Equal(t, sa.SpanContext.SpanID(), sb.Parent.SpanID(), "b's span is a child of a's")
 	require.Equal(t, codes.Error, sa.Status.Code)
 	require.Equal(t, strconv.FormatInt(1<<60, 10), attrs(sa.Attributes)[pgflowotel.AttrMsgID].AsString(), "64-bit ids keep every digit")
+
+	// A stale result is counted by reason.
+	hooks.StaleResult(context.Background(), pgflow.StaleResultEvent{TaskEvent: ev, Reason: pgflow.StaleTimedOut})
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, mp.ForceFlush(context.Background()))
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	var stale int64
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		if m.Name != "pgflow.task.stale" {
+			continue
+		}
+		for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+			if r, _ := dp.Attributes.Value(pgflowotel.AttrStaleReason); r.AsString() == pgflow.StaleTimedOut {
+				stale += dp.Value
+			}
+		}
+	}
+	require.EqualValues(t, 2, stale, "one per Hooks of the chain")
 
 	// A finish without a started span (e.g. hooks added to a chain later) records metrics and does not panic.
 	hooks.TaskFinished(context.Background(), pgflow.TaskFinishedEvent{TaskEvent: ev, Outcome: pgflow.OutcomeCompleted})

@@ -237,6 +237,34 @@ func TestCollectorCountsAWorkersTasks(t *testing.T) {
 	require.Equal(t, dto.MetricType_HISTOGRAM, m["pgflow_handler_duration_seconds"].GetType())
 }
 
+// Stale results (Hooks.StaleResult) are counted by reason, and a fenced task's outcome "stale" is a finished task.
+func TestCollectorCountsStaleResults(t *testing.T) {
+	t.Parallel()
+	c := pgflowprom.New(pgflowprom.Options{})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	ctx := context.Background()
+	ev := pgflow.TaskEvent{TaskMeta: pgflow.TaskMeta{FlowSlug: "f", StepSlug: "s", QueueName: "q", Attempt: 1}}
+	c.StaleResult(ctx, pgflow.StaleResultEvent{TaskEvent: ev, Reason: pgflow.StaleSuperseded, CurrentAttempt: 2})
+	c.StaleResult(ctx, pgflow.StaleResultEvent{TaskEvent: ev, Reason: pgflow.StaleSuperseded})
+	c.StaleResult(ctx, pgflow.StaleResultEvent{TaskEvent: ev, Reason: pgflow.StaleTimedOut})
+	c.TaskFinished(ctx, pgflow.TaskFinishedEvent{TaskEvent: ev, Outcome: pgflow.OutcomeStale})
+	srv := httptest.NewServer(pgflowprom.Handler(reg))
+	t.Cleanup(srv.Close)
+	m := scrape(t, srv.URL)
+	labels := map[string]string{"flow": "f", "step": "s", "queue": "q"}
+	with := func(base map[string]string, k, v string) map[string]string {
+		out := map[string]string{k: v}
+		for bk, bv := range base {
+			out[bk] = bv
+		}
+		return out
+	}
+	requireValue(t, m, "pgflow_stale_results_total", with(labels, "reason", "superseded"), 2)
+	requireValue(t, m, "pgflow_stale_results_total", with(labels, "reason", "timed_out"), 1)
+	requireValue(t, m, "pgflow_tasks_finished_total", with(labels, "outcome", "stale"), 1)
+}
+
 func TestCollectorOptions(t *testing.T) {
 	t.Parallel()
 	c := pgflowprom.New(pgflowprom.Options{Namespace: "jobs", Buckets: []float64{1, 2}})
