@@ -275,12 +275,8 @@ func runDemo(ctx context.Context, out, errOut io.Writer, cfg demoConfig) error {
 		return err
 	}
 	say("started run %s with input %s", run.ID, compactJSON(run.Input))
-	types, err := stepTypesOf(ctx, pool, demoFlowSlug)
-	if err != nil {
-		return err
-	}
-	view := newProgressView(out, ansi, types)
-	final, err := watchRun(ctx, client, run.ID, view, time.Second)
+	view := newProgressView(out, ansi)
+	final, err := watchRun(ctx, client, pool, run.ID, view, time.Second)
 	if err != nil {
 		if ctx.Err() != nil {
 			say("interrupted: stopping the worker and cleaning up")
@@ -295,8 +291,8 @@ func runDemo(ctx context.Context, out, errOut io.Writer, cfg demoConfig) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	say("worker stopped")
-	if final.Status != pgflow.RunCompleted {
-		return final.Err()
+	if final.Run.Status != "completed" {
+		return errors.New(runError(final))
 	}
 	say("done; see 'pgflow --help' and docs/getting-started.md to write your own flow")
 	return nil

@@ -57,7 +57,7 @@ step_index, deps, queue_name}.`,
 				return err
 			}
 			defer pool.Close()
-			flows, err := sqlapi.ListFlows(ctx, pool, "")
+			flows, err := sqlapi.ListFlows(ctx, pool, sqlapi.ListFlowsParams{})
 			if err != nil {
 				return withSchemaHint(err)
 			}
@@ -65,7 +65,7 @@ step_index, deps, queue_name}.`,
 			for _, f := range flows {
 				d := flowJSON{
 					FlowSlug: f.FlowSlug, OptMaxAttempts: f.MaxAttempts, OptBaseDelay: f.BaseDelay, OptTimeout: f.Timeout,
-					CreatedAt: f.CreatedAt, StepCount: len(f.Steps), ActiveRuns: f.ActiveRuns, Steps: f.Steps,
+					CreatedAt: f.CreatedAt, StepCount: len(f.Steps), ActiveRuns: f.Runs.Started, Steps: f.Steps,
 				}
 				for _, s := range f.Steps {
 					if s.StepType == "map" {
@@ -78,7 +78,7 @@ step_index, deps, queue_name}.`,
 				if len(f.Steps) > 0 && f.Steps[0].QueueName != nil {
 					queue = *f.Steps[0].QueueName
 				}
-				if depth, err := sqlapi.QueueMetrics(ctx, pool, queue); err == nil {
+				if depth, err := sqlapi.GetQueueMetrics(ctx, pool, queue); err == nil {
 					d.Queue = &queueJSON{Name: queue, Length: depth.Length, Visible: depth.Visible}
 				} else if ctx.Err() != nil {
 					return ctx.Err()

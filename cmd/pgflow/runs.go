@@ -125,11 +125,11 @@ echoed back whole: the text shows at most its first 200 characters, and --json l
 				}
 				run = final
 			}
-			view, err := viewOf(ctx, s.pool, run)
+			d, err := readRun(ctx, s.pool, run.ID, false)
 			if err != nil {
 				return err
 			}
-			view.echoLimit = startInputJSONLimit // the caller has the input: no 50 MB echo
+			view := &runView{run: d, echoLimit: startInputJSONLimit} // the caller has the input: no 50 MB echo
 			if err := printRun(cmd.OutOrStdout(), view, asJSON, false); err != nil {
 				return err
 			}
@@ -217,11 +217,11 @@ error_message, worker_id, queued_at, started_at, completed_at, failed_at}. Ids (
 				return err
 			}
 			defer s.Close()
-			view, err := loadRunView(ctx, s.client, s.pool, args[0])
+			d, err := readRun(ctx, s.pool, args[0], withTasks)
 			if err != nil {
 				return err
 			}
-			return printRun(cmd.OutOrStdout(), view, asJSON, withTasks)
+			return printRun(cmd.OutOrStdout(), &runView{run: d}, asJSON, withTasks)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run as JSON")
@@ -255,22 +255,14 @@ delivered. A run that has already ended is printed at once.`,
 				return err
 			}
 			defer s.Close()
-			run, err := getRun(ctx, s.client, args[0])
-			if err != nil {
-				return err
-			}
-			types, err := stepTypesOf(ctx, s.pool, run.FlowSlug)
-			if err != nil {
-				return err
-			}
 			out := cmd.OutOrStdout()
-			view := newProgressView(out, !plain && isTerminal(out), types)
-			final, err := watchRun(ctx, s.client, run.ID, view, poll)
+			view := newProgressView(out, !plain && isTerminal(out))
+			final, err := watchRun(ctx, s.client, s.pool, args[0], view, poll)
 			if err != nil {
 				return err
 			}
 			view.finish(final)
-			if final.Status == pgflow.RunFailed {
+			if final.Run.Status == "failed" {
 				return exitError{code: 1}
 			}
 			return nil

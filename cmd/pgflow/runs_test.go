@@ -304,10 +304,10 @@ func TestWatchRunWithoutNotificationsPolls(t *testing.T) {
 	run, err := client.StartRunJSON(ctx, "squares", json.RawMessage(`[2, 3]`))
 	require.NoError(t, err)
 	var out bytes.Buffer
-	final, err := watchRun(ctx, client, run.ID, newProgressView(&out, false, nil), 50*time.Millisecond)
+	final, err := watchRun(ctx, client, db.Pool, run.ID, newProgressView(&out, false), 50*time.Millisecond)
 	require.NoError(t, err)
-	require.Equal(t, pgflow.RunCompleted, final.Status)
-	require.JSONEq(t, `{"sum": 13}`, string(final.Output))
+	require.Equal(t, "completed", final.Run.Status)
+	require.JSONEq(t, `{"sum": 13}`, string(final.Run.Output))
 	require.Contains(t, out.String(), "sum completed in ")
 }
 
@@ -347,4 +347,23 @@ func TestRunsStartDoesNotEchoALargeInput(t *testing.T) {
 	doc = decodeJSON[runJSON](t, mustCLI(t, "--database-url", db.URL, "runs", "start", "big", "--input", `{"n": 2}`, "--json"))
 	require.JSONEq(t, `{"n": 2}`, string(doc.Input))
 	require.Nil(t, doc.InputBytes)
+}
+func TestReadInput(t *testing.T) {
+	t.Parallel()
+	raw, err := readInput(`{"a": [1, 2]}`, nil)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"a": [1, 2]}`, string(raw))
+
+	raw, err = readInput("-", strings.NewReader(" 0 \n"))
+	require.NoError(t, err)
+	require.JSONEq(t, `0`, string(raw))
+
+	_, err = readInput("-", strings.NewReader("{"))
+	require.ErrorContains(t, err, "--input - (standard input) is not valid JSON: unexpected end of JSON input")
+
+	_, err = readInput("nope", nil)
+	require.ErrorContains(t, err, "--input is not valid JSON: invalid character 'o' in literal null (expecting 'u') (at byte 2)")
+
+	_, err = readInput(`{"a": 1} {"b": 2}`, nil)
+	require.ErrorContains(t, err, "--input is not valid JSON")
 }

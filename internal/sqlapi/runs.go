@@ -1,0 +1,216 @@
+package sqlapi
+
+// Reads of runs for the CLI and the dashboard: a page of runs, one run as the read model RunDetail, and one stored
+// JSON document of a run. The run itself is read through pgflow.get_run_with_states (GetRunWithStates), the rest
+// are plain selects on the pgflow tables; none of them changes anything.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ListRunsParams selects a page of runs. Empty strings mean "any".
+type ListRunsParams struct {
+	Flow   string
+	Status string // started | completed | failed
+	Limit  int    // rows per page; <= 0 means 50
+	Offset int
+}
+
+// RunSummary is one run as a run list shows it (no input or output).
+type RunSummary struct {
+	RunID          string
+	FlowSlug       string
+	Status         string
+	RemainingSteps int
+	StartedAt      time.Time
+	CompletedAt    *time.Time
+	FailedAt       *time.Time
+	StepsTotal     int
+	StepsDone      int     // completed or skipped
+	ErrorMessage   *string // of the first failed step (by step_index), shortened to 300 characters
+}
+
+const listRunsSQL = `
+select r.run_id::text, r.flow_slug, r.status, r.remaining_steps, r.started_at, r.completed_at, r.failed_at,
+  (select count(*) from pgflow.step_states as ss where ss.run_id = r.run_id)::int,
+  (select count(*) from pgflow.step_states as ss
+   where ss.run_id = r.run_id and ss.status in ('completed', 'skipped'))::int,
+  (select left(ss.error_message, 300)
+   from pgflow.step_states as ss
+   join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
+   where ss.run_id = r.run_id and ss.status = 'failed'
+   order by s.step_index limit 1)
+from pgflow.runs as r
+where ($1::text is null or r.flow_slug = $1::text)
+  and ($2::text is null or r.status = $2::text)
+order by r.started_at desc, r.run_id desc
+limit $3::int offset $4::int`
+
+const countRunsSQL = `
+select count(*) from pgflow.runs as r
+where ($1::text is null or r.flow_slug = $1::text)
+  and ($2::text is null or r.status = $2::text)`
+
+// ListRuns returns one page of runs, newest first (by started_at, then run_id), and how many runs match the
+// filter in all.
+func ListRuns(ctx context.Context, db DBTX, p ListRunsParams) ([]RunSummary, int64, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	var flow, status any
+	if p.Flow != "" {
+		flow = p.Flow
+	}
+	if p.Status != "" {
+		status = p.Status
+	}
+	rows, err := db.Query(ctx, listRunsSQL, flow, status, limit, max(p.Offset, 0))
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the runs (flow %q, status %q): %w", p.Flow, p.Status, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunSummary, error) {
+		var r RunSummary
+		err := row.Scan(&r.RunID, &r.FlowSlug, &r.Status, &r.RemainingSteps, &r.StartedAt, &r.CompletedAt,
+			&r.FailedAt, &r.StepsTotal, &r.StepsDone, &r.ErrorMessage)
+		return r, err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the runs (flow %q, status %q): %w", p.Flow, p.Status, err)
+	}
+	var total int64
+	if err := db.QueryRow(ctx, countRunsSQL, flow, status).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("count the runs (flow %q, status %q): %w", p.Flow, p.Status, err)
+	}
+	return out, total, nil
+}
+
+// RunDetail is the one read model of a run, shared by the CLI (runs show, runs watch, runs start, the demo) and
+// the dashboard's run page and run API: the run, its flow's definition, and per step its state, its definition
+// and a summary of its tasks, with (optionally) a bounded list of the tasks themselves.
+//
+// The run and its step states come from one statement (pgflow.get_run_with_states), the definition and the tasks
+// from later ones, so a task may be a moment ahead of its step's state.
+type RunDetail struct {
+	Run   RunRow
+	Flow  FlowDefinition
+	Steps []StepDetail // every step state of the run, in step_index order
+}
+
+// StepDetail is one step of a run.
+type StepDetail struct {
+	StepStateRow
+	Definition StepDefinition
+	Tasks      TaskSummary // over all tasks of the step
+	TaskList   []Task      // the tasks GetRunDetailParams.TasksPerStep asked for, by task_index
+}
+
+// Step returns the step slug of the run, or nil.
+func (d *RunDetail) Step(slug string) *StepDetail {
+	for i := range d.Steps {
+		if d.Steps[i].StepSlug == slug {
+			return &d.Steps[i]
+		}
+	}
+	return nil
+}
+
+// GetRunDetailParams selects what GetRunDetail reads beyond the run, its steps and their task summaries.
+type GetRunDetailParams struct {
+	RunID string
+	// TasksPerStep is how many tasks of each step StepDetail.TaskList holds (the lowest task indexes): 0 none,
+	// < 0 all of them.
+	TasksPerStep int
+	// OutputChars is how many characters of each listed task's output to read; <= 0 reads no output text.
+	OutputChars int
+}
+
+// GetRunDetail reads the run p.RunID as a RunDetail. It returns nil, nil for an unknown run. A run id that is not
+// a UUID is the database's error (IsInvalidRunID).
+func GetRunDetail(ctx context.Context, db DBTX, p GetRunDetailParams) (*RunDetail, error) {
+	run, err := GetRunWithStates(ctx, db, p.RunID)
+	if err != nil {
+		return nil, fmt.Errorf("read run %s: %w", p.RunID, err)
+	}
+	if run == nil {
+		return nil, nil
+	}
+	def, err := GetFlowDefinition(ctx, db, run.Run.FlowSlug)
+	if err != nil {
+		return nil, fmt.Errorf("read run %s: %w", p.RunID, err)
+	}
+	if def == nil { // runs reference their flow, so only a concurrent delete of the flow gets here
+		return nil, fmt.Errorf("read run %s: its flow %q is gone", p.RunID, run.Run.FlowSlug)
+	}
+	sums, err := taskSummaries(ctx, db, p.RunID)
+	if err != nil {
+		return nil, err
+	}
+	var tasks []Task
+	if p.TasksPerStep != 0 {
+		if tasks, err = ListRunTasks(ctx, db, ListRunTasksParams{
+			RunID: p.RunID, PerStep: p.TasksPerStep, OutputChars: p.OutputChars,
+		}); err != nil {
+			return nil, err
+		}
+	}
+	byStep := map[string][]Task{}
+	for _, t := range tasks {
+		byStep[t.StepSlug] = append(byStep[t.StepSlug], t)
+	}
+	d := &RunDetail{Run: run.Run, Flow: *def, Steps: make([]StepDetail, 0, len(run.Steps))}
+	for _, st := range run.Steps {
+		sd := StepDetail{StepStateRow: st, Tasks: sums[st.StepSlug], TaskList: byStep[st.StepSlug]}
+		if s := def.Step(st.StepSlug); s != nil {
+			sd.Definition = *s
+		} else { // cannot happen while step_states references steps; keep the state visible anyway
+			sd.Definition = StepDefinition{StepSlug: st.StepSlug, StepType: "single", StepIndex: len(def.Steps)}
+		}
+		d.Steps = append(d.Steps, sd)
+	}
+	return d, nil
+}
+
+// JSONPart names one stored JSON document of a run.
+type JSONPart struct {
+	Kind      string // input | output | step | task
+	StepSlug  string // for step and task
+	TaskIndex int    // for task
+}
+
+// GetRunJSON returns the full JSON text of one document of a run: the run's input or output, a step's output or a
+// task's output. found is false when the run, step or task does not exist; a document that exists but is SQL
+// NULL is returned as "null".
+func GetRunJSON(ctx context.Context, db DBTX, runID string, p JSONPart) (text string, found bool, err error) {
+	var q string
+	args := []any{runID}
+	switch p.Kind {
+	case "input":
+		q = `select coalesce(r.input::text, 'null') from pgflow.runs as r where r.run_id = $1::uuid`
+	case "output":
+		q = `select coalesce(r.output::text, 'null') from pgflow.runs as r where r.run_id = $1::uuid`
+	case "step":
+		q = `select coalesce(ss.output::text, 'null') from pgflow.step_states as ss
+where ss.run_id = $1::uuid and ss.step_slug = $2::text`
+		args = append(args, p.StepSlug)
+	case "task":
+		q = `select coalesce(t.output::text, 'null') from pgflow.step_tasks as t
+where t.run_id = $1::uuid and t.step_slug = $2::text and t.task_index = $3::int`
+		args = append(args, p.StepSlug, p.TaskIndex)
+	default:
+		return "", false, fmt.Errorf("unknown JSON part %q of run %s (use input, output, step or task)", p.Kind, runID)
+	}
+	err = db.QueryRow(ctx, q, args...).Scan(&text)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("read the %s of run %s: %w", p.Kind, runID, err)
+	}
+	return text, true, nil
+}
