@@ -66,6 +66,7 @@ Start with 'pgflow demo' to see a flow run on a throwaway database.`,
 		newDemoCmd(opts),
 		newDashboardCmd(opts),
 		newBenchCmd(opts),
+		newVersionCmd(opts),
 	)
 	return root
 }

@@ -139,7 +139,7 @@ func TestRunsStartWaitFailedRunExitsWithStatus1(t *testing.T) {
 	doc := decodeJSON[runJSON](t, r.stdout)
 	require.Equal(t, "failed", doc.Status)
 	require.NotNil(t, doc.Error)
-	require.Contains(t, *doc.Error, "the printer is on fire")
+	require.Equal(t, "run "+doc.RunID+` of flow "fragile" failed: step "boom": the printer is on fire`, *doc.Error)
 	require.Equal(t, "failed", doc.Steps[1].Status)
 	require.Equal(t, "the printer is on fire", *doc.Steps[1].ErrorMessage)
 	require.Equal(t, "the printer is on fire", *doc.Steps[1].Tasks.LastError)
@@ -234,6 +234,13 @@ func TestRunsCommandsOnADatabaseWithoutSchema(t *testing.T) {
 	require.ErrorContains(t, r.err, "pgflow migrate up")
 	r = runCLI(t, "", "--database-url", db.URL, "workers")
 	require.ErrorContains(t, r.err, "pgflow migrate up")
+	const id = "00000000-0000-4000-8000-000000000001"
+	for _, cmd := range []string{"show", "watch"} {
+		r = runCLI(t, "", "--database-url", db.URL, "runs", cmd, id)
+		require.ErrorContains(t, r.err, "pgflow migrate up", cmd)
+		require.ErrorContains(t, r.err, "run "+id, cmd)
+		require.NotContains(t, r.err.Error(), "sqlapi", cmd)
+	}
 }
 
 func TestRunsWatchPlain(t *testing.T) {

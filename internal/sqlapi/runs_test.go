@@ -166,8 +166,15 @@ func TestGetRunDetail(t *testing.T) {
 	require.Same(t, &d.Steps[0], d.Step("each"))
 	require.Nil(t, d.Step("nope"))
 
+	// A failure time counts before the time a task was queued: task 1, failed for good now, has the last error.
+	execAll(t, db.Pool, `update pgflow.step_tasks set status = 'failed', failed_at = now()
+		where run_id = '`+id+`' and task_index = 1`)
 	d, err = sqlapi.GetRunDetail(ctx, db.Pool, sqlapi.GetRunDetailParams{RunID: id})
 	require.NoError(t, err)
+	first := "first"
+	require.Equal(t, &first, d.Steps[0].Tasks.LastError)
+	require.Equal(t, 1, d.Steps[0].Tasks.Failed)
+	require.Equal(t, 1, d.Steps[0].Tasks.Queued)
 	require.Nil(t, d.Steps[0].TaskList, "no task list asked for")
 	require.Equal(t, 4, d.Steps[0].Tasks.Total, "the summary is always there")
 	d, err = sqlapi.GetRunDetail(ctx, db.Pool, sqlapi.GetRunDetailParams{RunID: id, TasksPerStep: -1})
