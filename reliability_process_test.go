@@ -71,9 +71,10 @@ func TestReliabilityKilledWorkerTasksFinishElsewhere(t *testing.T) {
 }
 
 // A worker frozen with SIGSTOP mid-handler (a long GC pause, a suspended VM) loses its tasks to stalled-task
-// recovery exactly like a dead one. When it wakes up after another worker completed them, its handlers finish and
-// report: those late results are ignored — the recorded output stays the other worker's, no step or run event is
-// repeated, and no attempt is consumed.
+// recovery exactly like a dead one. When it wakes up after another worker completed them, its handlers' step
+// timeouts have long passed: it fails those attempts and reports them, and the database fences the reports by
+// attempt — they change nothing (the recorded output stays the other worker's, no step or run event is repeated,
+// no attempt is consumed) and the worker logs them as stale results.
 func TestReliabilityFrozenWorkerLateResultIgnored(t *testing.T) {
 	t.Parallel()
 	db := relDB(t)
@@ -95,11 +96,11 @@ func TestReliabilityFrozenWorkerLateResultIgnored(t *testing.T) {
 	waitRunsDone(t, db.Pool, reliability.OneStepFlow, relWait)
 	before := requireInvariants(t, db.Pool, reliability.OneStepFlow, false)
 
-	// Wake the frozen worker and let its hanging handlers return: it reports two late results.
+	// Wake the frozen worker and let its hanging handlers return: it reports two late (stale) results.
 	require.NoError(t, os.WriteFile(reliability.FileGate{Dir: frozen.Config.ReleaseDir}.ReleasePath(), nil, 0o644))
 	require.NoError(t, frozen.Signal(syscall.SIGCONT))
-	eventually(t, relWait, "the woken worker's first-attempt handlers to return", func() bool {
-		return strings.Count(frozen.Output(), `"msg":"task completed"`) == 2
+	eventually(t, relWait, "the woken worker's two late reports to be refused as stale", func() bool {
+		return strings.Count(frozen.Output(), `"msg":"stale result not recorded`) == 2
 	})
 	// A graceful stop drains: the worker reports both results before it exits.
 	require.NoError(t, frozen.Stop(relWait))

@@ -817,20 +817,9 @@ func (r *workerRun) staleResult(log *slog.Logger, meta TaskMeta, reason string, 
 
 // reportCompletion records a successful task and returns what became of it. Completions of handlers that finish
 // at about the same time are recorded together, in one transaction (completionBatcher); the outcome is the same
-// as recording each alone with completeOne.
+// as recording each alone (tryComplete, then refuseOutput for an output the database refuses).
 func (r *workerRun) reportCompletion(log *slog.Logger, t claimedTask, out json.RawMessage) TaskOutcome {
 	return r.batcher.complete(log, t, out)
-}
-
-// completeOne records one successful task (fenced by its attempt when the schema can). An output the database
-// refuses permanently (e.g. a string with a NUL character, which jsonb cannot hold, or a value over one of its
-// limits) fails the task at once, without retry, with the database's reason.
-func (r *workerRun) completeOne(log *slog.Logger, t claimedTask, out json.RawMessage) TaskOutcome {
-	o, refused := r.tryComplete(log, t, out)
-	if refused != nil {
-		return r.refuseOutput(log, t, refused)
-	}
-	return o
 }
 
 // tryComplete records one successful task; refused is the database's permanent refusal of the output, when it
