@@ -1,7 +1,7 @@
 package pgflow_test
 
-// Security (issue 6): SECURITY DEFINER functions pin search_path; the role model of schema/sql/optional/roles.sql
-// (owner, worker, client) holds against real sessions; no secret reaches handlers, logs or events.
+// Security (issue 6): the role model of schema/sql/optional/roles.sql (owner, worker, client) holds against real
+// sessions, with the bundled PGMQ layer and with the real pgmq extension; no secret reaches handlers, logs or events.
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgflow-go/pgflow"
@@ -26,60 +27,6 @@ import (
 	"github.com/pgflow-go/pgflow/internal/reliability"
 	"github.com/pgflow-go/pgflow/schema"
 )
-
-// Every SECURITY DEFINER function of pgflow and pgmq (and every other pgflow function) pins search_path to the
-// empty string, so a caller cannot make it resolve an object of the caller's choosing; the optional snippets
-// keep the rule too.
-func TestSecurityDefinerFunctionsPinSearchPath(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.New(t)
-	for _, name := range []string{"prune_data_older_than", "roles"} {
-		sql, err := schema.OptionalSQL(name)
-		require.NoError(t, err)
-		_, err = db.Pool.Exec(ctx, sql)
-		require.NoError(t, err, name)
-	}
-	rows, err := db.Pool.Query(ctx, `
-		select p.oid::regprocedure::text, p.prosecdef, coalesce(p.proconfig, '{}')
-		  from pg_proc as p join pg_namespace as n on n.oid = p.pronamespace
-		 where n.nspname in ('pgflow', 'pgmq')
-		   and not exists (select 1 from pg_depend as d where d.classid = 'pg_proc'::regclass and d.objid = p.oid and d.deptype = 'e')
-		 order by 1`)
-	require.NoError(t, err)
-	type fn struct {
-		name    string
-		definer bool
-		config  []string
-	}
-	fns, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fn, error) {
-		var f fn
-		err := r.Scan(&f.name, &f.definer, &f.config)
-		return f, err
-	})
-	require.NoError(t, err)
-	definers := 0
-	for _, f := range fns {
-		if f.definer {
-			definers++
-			require.Contains(t, f.config, `search_path=""`, "SECURITY DEFINER function %s must pin search_path", f.name)
-		}
-		if strings.HasPrefix(f.name, "pgflow.") {
-			require.Contains(t, f.config, `search_path=""`, "pgflow function %s must pin search_path", f.name)
-		}
-	}
-	require.GreaterOrEqual(t, definers, 3, "start_flow_with_states, get_run_with_states and requeue_stalled_tasks are definers")
-
-	// After roles.sql no definer function is executable by PUBLIC, and none is owned by a superuser.
-	var open []string
-	require.NoError(t, db.Pool.QueryRow(ctx, `
-		select coalesce(array_agg(p.oid::regprocedure::text), '{}')
-		  from pg_proc as p join pg_namespace as n on n.oid = p.pronamespace
-		 where n.nspname = 'pgflow' and p.prosecdef
-		   and (has_function_privilege('public', p.oid, 'execute')
-		        or (select r.rolsuper from pg_roles as r where r.oid = p.proowner))`).Scan(&open))
-	require.Empty(t, open)
-}
 
 // roleURL returns db's URL for login role user.
 func roleURL(t *testing.T, db *pgtest.DB, user string) string {
@@ -236,19 +183,41 @@ func TestSecurityRoleModel(t *testing.T) {
 	requireDenied(t, runErr, "worker compiling a missing flow")
 	require.EqualValues(t, 0, queryInt(t, db.Pool, `select count(*) from pgflow.flows where flow_slug = $1`, reliability.MapFlow))
 
-	// Owner: compiles the new flow (as pgflow_owner); the worker role can then run it.
-	conn, err := ownerPool.Acquire(ctx)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, `set role pgflow_owner`)
-	require.NoError(t, err)
+	// Owner: compiles the new flow; the worker role can then run it and the client start it. pgflow_owner creates
+	// the flow's queue with the bundled layer (or a pgmq extension it owns). With a pgmq extension another role owns,
+	// only that role may create queues (pgmq.create adds their tables to the extension), so it compiles, and
+	// roles.sql's default privileges give pgflow_owner and pgflow_worker the new queue's tables.
 	shape, err := missing.Shape()
 	require.NoError(t, err)
-	var status json.RawMessage
-	require.NoError(t, conn.QueryRow(ctx, `select pgflow.ensure_flow_compiled($1, $2::jsonb)`, reliability.MapFlow, string(shape)).Scan(&status))
-	require.Contains(t, string(status), `"compiled"`)
-	_, err = conn.Exec(ctx, `reset role`)
-	require.NoError(t, err)
-	conn.Release()
+	compileAs := func(pool *pgxpool.Pool, role string) error {
+		conn, err := pool.Acquire(ctx)
+		require.NoError(t, err)
+		defer conn.Release()
+		_, err = conn.Exec(ctx, `set role `+pgx.Identifier{role}.Sanitize())
+		require.NoError(t, err)
+		defer func() {
+			_, err := conn.Exec(ctx, `reset role`)
+			require.NoError(t, err)
+		}()
+		var status json.RawMessage
+		if err := conn.QueryRow(ctx, `select pgflow.ensure_flow_compiled($1, $2::jsonb)`, reliability.MapFlow, string(shape)).Scan(&status); err != nil {
+			return err
+		}
+		require.Contains(t, string(status), `"compiled"`)
+		return nil
+	}
+	var extOwner *string
+	require.NoError(t, db.Pool.QueryRow(ctx,
+		`select (select pg_get_userbyid(e.extowner)::text from pg_extension as e where e.extname = 'pgmq')`).Scan(&extOwner))
+	if extOwner != nil && *extOwner != "pgflow_owner" {
+		err := compileAs(ownerPool, "pgflow_owner")
+		requireDenied(t, err, "pgflow_owner creating a queue of a pgmq extension it does not own")
+		require.ErrorContains(t, err, "must be owner of extension pgmq")
+		require.EqualValues(t, 0, queryInt(t, db.Pool, `select count(*) from pgflow.flows where flow_slug = $1`, reliability.MapFlow))
+		require.NoError(t, compileAs(db.Pool, *extOwner))
+	} else {
+		require.NoError(t, compileAs(ownerPool, "pgflow_owner"))
+	}
 	mw2 := runInProc(t, workerPool, missing, cfg)
 	mapRun, err := client.StartRunJSON(ctx, reliability.MapFlow, json.RawMessage(`{"items": 3}`))
 	require.NoError(t, err)
