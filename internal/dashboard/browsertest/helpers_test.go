@@ -1,0 +1,149 @@
+package browsertest
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgflow-go/pgflow/internal/dashboard"
+	"github.com/pgflow-go/pgflow/internal/pgtest"
+)
+
+// The browser tests' own small set of database helpers (the dashboard package's tests keep theirs in
+// internal/dashboard/helpers_test.go, which a test of another module cannot use).
+
+const testWorkerID = "11111111-2222-4333-8444-555555555555"
+
+// env is one test's database and dashboard server.
+type env struct {
+	t   *testing.T
+	db  *pgtest.DB
+	srv *httptest.Server
+}
+
+// newEnv starts a throwaway database and a dashboard on it with cfg (whose Pool it sets).
+func newEnv(t *testing.T, cfg dashboard.Config) *env {
+	t.Helper()
+	db := pgtest.New(t)
+	cfg.Pool = db.Pool
+	dash, err := dashboard.New(cfg)
+	require.NoError(t, err)
+	srv := httptest.NewServer(dash.Handler())
+	t.Cleanup(func() {
+		dash.Close()
+		srv.Close()
+	})
+	e := &env{t: t, db: db, srv: srv}
+	e.exec(`select pgflow.register_worker($1::uuid, 'unused', 'dashboard-browser-test')`, testWorkerID)
+	return e
+}
+
+func (e *env) exec(sql string, args ...any) {
+	e.t.Helper()
+	_, err := e.db.Pool.Exec(context.Background(), sql, args...)
+	require.NoError(e.t, err, sql)
+}
+
+func execAll(t *testing.T, pool *pgxpool.Pool, slug string, queries ...string) {
+	t.Helper()
+	for _, q := range queries {
+		_, err := pool.Exec(context.Background(), q, slug)
+		require.NoError(t, err, q)
+	}
+}
+
+// defineDiamond defines flow slug: a -> (b, c) -> d.
+func defineDiamond(t *testing.T, pool *pgxpool.Pool, slug string) {
+	t.Helper()
+	execAll(t, pool, slug,
+		`select pgflow.create_flow($1)`,
+		`select pgflow.add_step($1, 'a')`,
+		`select pgflow.add_step($1, 'b', array['a'])`,
+		`select pgflow.add_step($1, 'c', array['a'])`,
+		`select pgflow.add_step($1, 'd', array['b', 'c'])`)
+}
+
+// defineFan defines flow slug: a root step "prep", a map "each" over prep's output, and "total" after it.
+func defineFan(t *testing.T, pool *pgxpool.Pool, slug string) {
+	t.Helper()
+	execAll(t, pool, slug,
+		`select pgflow.create_flow($1)`,
+		`select pgflow.add_step($1, 'prep')`,
+		`select pgflow.add_step($1, 'each', array['prep'], step_type => 'map')`,
+		`select pgflow.add_step($1, 'total', array['each'])`)
+}
+
+func startRun(t *testing.T, pool *pgxpool.Pool, flow, input string) string {
+	t.Helper()
+	var id string
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`select r.run_id::text from pgflow.start_flow($1, $2::jsonb) as r`, flow, input).Scan(&id))
+	return id
+}
+
+// claimed is a task claimed with start_tasks.
+type claimed struct {
+	RunID     string
+	StepSlug  string
+	TaskIndex int
+	Input     json.RawMessage
+}
+
+// claim reads every visible message of the flow's queue and claims the tasks behind them, like a worker.
+func claim(t *testing.T, pool *pgxpool.Pool, flow string) []claimed {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `
+select t.run_id::text, t.step_slug, t.task_index, t.input
+from pgflow.start_tasks($1, array(select m.msg_id from pgmq.read($1, 60, 1000) as m), $2::uuid) as t`,
+		flow, testWorkerID)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []claimed
+	for rows.Next() {
+		var c claimed
+		require.NoError(t, rows.Scan(&c.RunID, &c.StepSlug, &c.TaskIndex, &c.Input))
+		out = append(out, c)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+func completeTask(t *testing.T, pool *pgxpool.Pool, c claimed, output string) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), `select pgflow.complete_task($1::uuid, $2, $3, $4::jsonb)`,
+		c.RunID, c.StepSlug, c.TaskIndex, output)
+	require.NoError(t, err)
+}
+
+func failTask(t *testing.T, pool *pgxpool.Pool, c claimed, msg string) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), `select pgflow.fail_task($1::uuid, $2, $3, $4)`,
+		c.RunID, c.StepSlug, c.TaskIndex, msg)
+	require.NoError(t, err)
+}
+
+// runToEnd claims and completes tasks of the flow until nothing is left to claim; output gives each task's output.
+func runToEnd(t *testing.T, pool *pgxpool.Pool, flow string, output func(c claimed) string) {
+	t.Helper()
+	for {
+		cs := claim(t, pool, flow)
+		if len(cs) == 0 {
+			return
+		}
+		for _, c := range cs {
+			completeTask(t, pool, c, output(c))
+		}
+	}
+}
+
+func runStatus(t *testing.T, pool *pgxpool.Pool, runID string) string {
+	t.Helper()
+	var s string
+	require.NoError(t, pool.QueryRow(context.Background(),
+		`select status from pgflow.runs where run_id = $1::uuid`, runID).Scan(&s))
+	return s
+}
