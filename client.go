@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,12 +21,13 @@ import (
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
 )
 
-// Client starts runs, reads them, waits for them to finish and streams their events. It is safe for concurrent
-// use. Create it with NewClient and Close it when done.
+// Client starts runs, reads them, waits for them to finish and streams their events; a Worker built on it
+// shares its LISTEN connection. It is safe for concurrent use. Create it with NewClient and Close it when done.
 //
-// Reads and starts go through the pool. Waiting and subscribing share one extra dedicated connection that
-// LISTENs for the database's run events; it is opened on first use, re-opened with backoff if it breaks, and
-// closed by Close.
+// Reads and starts go through the pool. Waiting, subscribing and the workers' queue wake-ups share one extra
+// dedicated connection that LISTENs for the database's notifications; it is opened on first use, re-opened with
+// backoff if it breaks, and closed by Close. The first call that reaches the database checks the schema version
+// once: a schema older than this code fails with a message saying to run `pgflow migrate up`.
 type Client struct {
 	pool         *pgxpool.Pool
 	log          *slog.Logger
@@ -36,52 +38,49 @@ type Client struct {
 	listener *notify.Listener
 	closed   bool
 
-	// afterRead, when set (tests only), is called by WaitRun and Subscribe after each state read.
-	afterRead func(*Run)
+	schemaOK atomic.Bool
+	// read reads a run with its step states; WaitRun and Subscribe read through it.
+	read func(ctx context.Context, id string) (*Run, error)
 }
 
-// ClientOption configures a Client.
-type ClientOption func(*Client)
+// ClientConfig configures a Client. The zero value of every field means its documented default.
+type ClientConfig struct {
+	// Logger receives listener reconnects and transient read errors. Default: slog.Default().
+	Logger *slog.Logger
+	// PollInterval is how often WaitRun re-reads a run when no event arrives (the fallback for events that cannot
+	// arrive, e.g. while the listener reconnects). Default: 1s.
+	PollInterval time.Duration
+	// ListenConfig sets the connection settings of the dedicated LISTEN connection. Use it when the pool goes
+	// through a pooler in transaction mode (PgBouncer), which does not deliver notifications: point this one at
+	// the database directly. Default: a copy of the pool's connection config.
+	ListenConfig *pgx.ConnConfig
+}
 
-// WithLogger sets the logger for listener reconnects and transient read errors. Default: slog.Default().
-func WithLogger(l *slog.Logger) ClientOption {
-	return func(c *Client) {
-		if l != nil {
-			c.log = l
-		}
+// NewClient returns a Client that uses pool; cfg may be nil for the defaults. It does not touch the database.
+// The pool is not closed by Client.Close.
+func NewClient(pool *pgxpool.Pool, cfg *ClientConfig) (*Client, error) {
+	if pool == nil {
+		return nil, errors.New("pgflow: NewClient: pool is nil")
 	}
-}
-
-// WithPollInterval sets how often WaitRun re-reads a run when no event arrives (the fallback for events that
-// cannot arrive, e.g. while the listener reconnects). Default: 1s. Values <= 0 keep the default.
-func WithPollInterval(d time.Duration) ClientOption {
-	return func(c *Client) {
-		if d > 0 {
-			c.pollInterval = d
-		}
+	if cfg == nil {
+		cfg = &ClientConfig{}
 	}
-}
-
-// WithListenConfig sets the connection settings of the dedicated LISTEN connection. Use it when the pool goes
-// through a pooler in transaction mode (PgBouncer), which does not deliver notifications: point this one at the
-// database directly. Default: a copy of the pool's connection config.
-func WithListenConfig(cfg *pgx.ConnConfig) ClientOption {
-	return func(c *Client) { c.listenConfig = cfg }
-}
-
-// NewClient returns a Client that uses pool. The pool is not closed by Client.Close.
-func NewClient(pool *pgxpool.Pool, opts ...ClientOption) *Client {
-	c := &Client{pool: pool, log: slog.Default(), pollInterval: time.Second}
-	for _, o := range opts {
-		if o != nil {
-			o(c)
-		}
+	if cfg.PollInterval < 0 {
+		return nil, fmt.Errorf("pgflow: ClientConfig.PollInterval = %s: must be positive (0 means the default, 1s)", cfg.PollInterval)
 	}
-	return c
+	c := &Client{pool: pool, log: cfg.Logger, pollInterval: cfg.PollInterval, listenConfig: cfg.ListenConfig}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	if c.pollInterval == 0 {
+		c.pollInterval = time.Second
+	}
+	c.read = c.getRun
+	return c, nil
 }
 
 // Close stops the listener connection, if it was started, and ends every Subscribe channel. WaitRun calls in
-// progress return ErrClientClosed. Close is idempotent.
+// progress return ErrClientClosed; workers built on the client fall back to polling. Close is idempotent.
 func (c *Client) Close() {
 	c.mu.Lock()
 	c.closed = true
@@ -92,29 +91,60 @@ func (c *Client) Close() {
 	}
 }
 
-// StartOption configures one start.
-type StartOption func(*startOptions)
-
-type startOptions struct {
-	runID string
+// checkSchema verifies, once per client (until it succeeds), that the database has a schema this code can use.
+func (c *Client) checkSchema(ctx context.Context, db sqlapi.DBTX) error {
+	if c.schemaOK.Load() {
+		return nil
+	}
+	if _, err := sqlapi.SchemaVersion(ctx, db); err != nil {
+		return err
+	}
+	c.schemaOK.Store(true)
+	return nil
 }
 
-// WithRunID starts the run with a caller-chosen id (a UUID), which makes the start idempotent: if a run of the
-// same flow with that id already exists, the start returns it (as it is now) instead of starting another one,
-// also when several callers start it concurrently. The input of the existing run is not compared. An id that
-// belongs to a run of another flow gives ErrRunIDConflict.
-func WithRunID(id string) StartOption {
-	return func(o *startOptions) { o.runID = id }
+// StartOpts are the options of one start. A nil *StartOpts means the defaults.
+type StartOpts struct {
+	// RunID starts the run with a caller-chosen id (a UUID), which makes the start idempotent: if a run of the
+	// same flow with that id already exists, the start returns it (as it is now) instead of starting another one,
+	// also when several callers start it concurrently. The input of the existing run is not compared. An id that
+	// belongs to a run of another flow gives ErrRunIDConflict.
+	RunID string
+}
+
+func (o *StartOpts) runID() string {
+	if o == nil {
+		return ""
+	}
+	return o.RunID
 }
 
 // StartRun starts a run of flow with input (encoded with encoding/json) and returns the run as it is at the end
 // of the start: root steps are started, and a run whose steps are all taskless or skipped is already
-// completed. The flow must exist in the database (a worker compiles it at startup, or run flow.CompileSQL).
-func StartRun[I any](ctx context.Context, c *Client, flow *Flow[I], input I, opts ...StartOption) (*Run, error) {
-	if flow == nil {
-		return nil, errors.New("pgflow: StartRun with a nil flow")
+// completed. The flow must exist in the database: a worker compiles it at startup, Client.EnsureFlow compiles it
+// from the client, and flow.CompileSQL gives the statements for a migration.
+func StartRun[I any](ctx context.Context, c *Client, flow *Flow[I], input I, opts *StartOpts) (*Run, error) {
+	raw, err := encodeStart(flow, opts.runID(), input)
+	if err != nil {
+		return nil, err
 	}
-	subject := startSubject(startOptionsOf(opts).runID, flow.Slug())
+	return c.StartRunJSON(ctx, flow.Slug(), raw, opts)
+}
+
+// StartRunTx is StartRun inside the caller's transaction (see Client.StartRunJSONTx).
+func StartRunTx[I any](ctx context.Context, c *Client, tx pgx.Tx, flow *Flow[I], input I, opts *StartOpts) (*Run, error) {
+	raw, err := encodeStart(flow, opts.runID(), input)
+	if err != nil {
+		return nil, err
+	}
+	return c.StartRunJSONTx(ctx, tx, flow.Slug(), raw, opts)
+}
+
+func encodeStart[I any](flow *Flow[I], runID string, input I) (json.RawMessage, error) {
+	if flow == nil {
+		return nil, errors.New("pgflow: start run: the flow is nil")
+	}
+	subject := startSubject(runID, flow.Slug())
 	if err := flow.Err(); err != nil {
 		return nil, fmt.Errorf("%s: invalid definition: %w", subject, err)
 	}
@@ -122,35 +152,34 @@ func StartRun[I any](ctx context.Context, c *Client, flow *Flow[I], input I, opt
 	if err != nil {
 		return nil, fmt.Errorf("%s: encode input %T: %w", subject, input, err)
 	}
-	return c.StartRunJSON(ctx, flow.Slug(), raw, opts...)
+	return raw, nil
 }
 
 // StartRunJSON starts a run of the flow named flowSlug with a JSON input (nil or empty means JSON null). See
 // StartRun. A flow with a map step over the run input needs an array input; anything else is rejected with the
 // database's message.
-func (c *Client) StartRunJSON(ctx context.Context, flowSlug string, input json.RawMessage, opts ...StartOption) (*Run, error) {
-	return c.start(ctx, c.pool, nil, flowSlug, input, opts)
+func (c *Client) StartRunJSON(ctx context.Context, flowSlug string, input json.RawMessage, opts *StartOpts) (*Run, error) {
+	return c.start(ctx, c.pool, nil, flowSlug, input, opts.runID())
 }
 
-// StartRunTx starts a run inside the caller's transaction, so the run exists (and its first tasks can be
+// StartRunJSONTx starts a run inside the caller's transaction, so the run exists (and its first tasks can be
 // picked up) only if the transaction commits; its events are delivered at commit as well. Everything else is as
 // in StartRunJSON; on a caller-chosen run id that already exists, the failed attempt is rolled back to a
 // savepoint, so the transaction stays usable.
-func (c *Client) StartRunTx(ctx context.Context, tx pgx.Tx, flowSlug string, input json.RawMessage, opts ...StartOption) (*Run, error) {
+func (c *Client) StartRunJSONTx(ctx context.Context, tx pgx.Tx, flowSlug string, input json.RawMessage, opts *StartOpts) (*Run, error) {
 	if tx == nil {
-		return nil, errors.New("pgflow: StartRunTx with a nil transaction")
+		return nil, fmt.Errorf("%s: the transaction is nil", startSubject(opts.runID(), flowSlug))
 	}
-	return c.start(ctx, tx, tx, flowSlug, input, opts)
+	return c.start(ctx, tx, tx, flowSlug, input, opts.runID())
 }
 
-func (c *Client) start(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowSlug string, input json.RawMessage, opts []StartOption) (*Run, error) {
-	o := startOptionsOf(opts)
+func (c *Client) start(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowSlug string, input json.RawMessage, wantID string) (*Run, error) {
 	if flowSlug == "" {
-		return nil, fmt.Errorf("%s: empty flow slug: %w", startSubject(o.runID, ""), ErrFlowNotFound)
+		return nil, fmt.Errorf("%s: empty flow slug: %w", startSubject(wantID, ""), ErrFlowNotFound)
 	}
 	runID := ""
-	if o.runID != "" {
-		id, err := canonicalRunID(o.runID)
+	if wantID != "" {
+		id, err := canonicalRunID(wantID)
 		if err != nil {
 			return nil, fmt.Errorf("pgflow: start run of flow %q: %w", flowSlug, err)
 		}
@@ -160,6 +189,9 @@ func (c *Client) start(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowSlug 
 		input = json.RawMessage("null")
 	} else if !json.Valid(input) {
 		return nil, fmt.Errorf("%s: input is not valid JSON: %.100q", startSubject(runID, flowSlug), input)
+	}
+	if err := c.checkSchema(ctx, db); err != nil {
+		return nil, fmt.Errorf("%s: %w", startSubject(runID, flowSlug), err)
 	}
 	if runID != "" {
 		// Most repeated starts find their run here, without an error in the server log.
@@ -200,17 +232,6 @@ func (c *Client) start(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowSlug 
 	}
 }
 
-// startOptionsOf applies opts.
-func startOptionsOf(opts []StartOption) startOptions {
-	var o startOptions
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
-		}
-	}
-	return o
-}
-
 // startSubject names what a start error is about: the run (when its id is known) and the flow.
 func startSubject(runID, flowSlug string) string {
 	switch {
@@ -226,25 +247,12 @@ func startSubject(runID, flowSlug string) string {
 
 // startOnce calls start_flow_with_states; inside a caller's transaction it does so under a savepoint, so a
 // failed start does not abort the transaction.
-func startOnce(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowSlug string, input json.RawMessage, runID string) (*sqlapi.RunWithStates, error) {
-	if tx == nil {
-		return sqlapi.StartFlowWithStates(ctx, db, flowSlug, input, runID)
-	}
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("savepoint: %w", err)
-	}
-	r, err := sqlapi.StartFlowWithStates(ctx, sp, flowSlug, input, runID)
-	if err != nil {
-		if rerr := sp.Rollback(ctx); rerr != nil {
-			return nil, errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rerr))
-		}
-		return nil, err
-	}
-	if err := sp.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("release savepoint: %w", err)
-	}
-	return r, nil
+func startOnce(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowSlug string, input json.RawMessage, runID string) (r *sqlapi.RunWithStates, err error) {
+	err = inSavepoint(ctx, db, tx, func(db sqlapi.DBTX) (err error) {
+		r, err = sqlapi.StartFlowWithStates(ctx, db, flowSlug, input, runID)
+		return err
+	})
+	return r, err
 }
 
 func existingRun(r *sqlapi.RunWithStates, flowSlug string) (*Run, error) {
@@ -266,6 +274,9 @@ func (c *Client) GetRun(ctx context.Context, runID string) (*Run, error) {
 }
 
 func (c *Client) getRun(ctx context.Context, id string) (*Run, error) {
+	if err := c.checkSchema(ctx, c.pool); err != nil {
+		return nil, fmt.Errorf("pgflow: get run %s: %w", id, err)
+	}
 	r, err := sqlapi.GetRunWithStates(ctx, c.pool, id)
 	if err != nil {
 		return nil, fmt.Errorf("pgflow: get run %s: %w", id, err)
@@ -295,12 +306,9 @@ func (c *Client) WaitRun(ctx context.Context, runID string) (*Run, error) {
 	ticker := time.NewTicker(c.pollInterval)
 	defer ticker.Stop()
 	for {
-		run, err := c.getRun(ctx, id)
+		run, err := c.read(ctx, id)
 		switch {
 		case err == nil:
-			if c.afterRead != nil {
-				c.afterRead(run)
-			}
 			if run.Status.Terminal() {
 				return run, nil
 			}
@@ -308,7 +316,7 @@ func (c *Client) WaitRun(ctx context.Context, runID string) (*Run, error) {
 			return nil, fmt.Errorf("pgflow: wait run %s: %w", id, errors.Join(err, ctx.Err()))
 		default:
 			// A broken pool connection or similar: try again at the next tick.
-			c.log.Warn("pgflow: wait run: read failed; retrying", "run_id", id, "error", err)
+			c.log.Warn("wait run: read failed; retrying", "run_id", id, "error", err)
 		}
 
 	wait:
@@ -386,13 +394,10 @@ func (c *Client) Subscribe(ctx context.Context, runID string) (<-chan Event, err
 			early = append(early, m)
 		}
 	}
-	run, err := c.getRun(ctx, id)
+	run, err := c.read(ctx, id)
 	if err != nil {
 		sub.Close()
 		return nil, fmt.Errorf("pgflow: subscribe: %w", err)
-	}
-	if c.afterRead != nil {
-		c.afterRead(run)
 	}
 	out := make(chan Event, 16)
 	if run.Status.Terminal() {
@@ -436,16 +441,13 @@ func (c *Client) forward(ctx context.Context, sub *notify.Subscription, runID st
 				if ended {
 					continue
 				}
-				run, err := c.getRun(ctx, runID)
+				run, err := c.read(ctx, runID)
 				if err != nil {
 					if ctx.Err() != nil {
 						return
 					}
-					c.log.Warn("pgflow: subscribe: re-read after reconnect failed", "run_id", runID, "error", err)
+					c.log.Warn("subscribe: re-read after reconnect failed", "run_id", runID, "error", err)
 					continue
-				}
-				if c.afterRead != nil {
-					c.afterRead(run)
 				}
 				// Events queued behind the Resync in this batch are still delivered, then the channel closes.
 				ended = run.Status.Terminal()
@@ -453,7 +455,7 @@ func (c *Client) forward(ctx context.Context, sub *notify.Subscription, runID st
 			}
 			ev, err := parseEvent(m.Payload)
 			if err != nil {
-				c.log.Warn("pgflow: subscribe: ignoring malformed event", "run_id", runID, "payload", m.Payload, "error", err)
+				c.log.Warn("subscribe: ignoring malformed event", "run_id", runID, "payload", m.Payload, "error", err)
 				continue
 			}
 			if ev.RunID != runID {
@@ -483,6 +485,16 @@ func (c *Client) subscribe(runID string) (*notify.Subscription, error) {
 	return sub, err
 }
 
+// notifier returns the client's listener for a worker's queue wake-ups, or nil when the client is closed (the
+// worker then polls).
+func (c *Client) notifier() *notify.Listener {
+	l, err := c.getListener()
+	if err != nil {
+		return nil
+	}
+	return l
+}
+
 func (c *Client) getListener() (*notify.Listener, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -499,7 +511,7 @@ func (c *Client) getListener() (*notify.Listener, error) {
 			cfg.RuntimeParams = map[string]string{}
 		}
 		if cfg.RuntimeParams["application_name"] == "" {
-			cfg.RuntimeParams["application_name"] = "pgflow-go client listener"
+			cfg.RuntimeParams["application_name"] = ListenerApplicationName
 		}
 		c.listener = notify.New(notify.Config{
 			Connect: func(ctx context.Context) (*pgx.Conn, error) { return pgx.ConnectConfig(ctx, cfg) },
@@ -508,6 +520,10 @@ func (c *Client) getListener() (*notify.Listener, error) {
 	}
 	return c.listener, nil
 }
+
+// ListenerApplicationName is the application_name of a Client's LISTEN connection (unless ListenConfig sets
+// one): one per process that shares its Client, whatever number of flows its Worker serves.
+const ListenerApplicationName = "pgflow-go listener"
 
 // runChannel is the notification channel of one run, as pgflow._emit_event names it.
 func runChannel(runID string) string { return "pgflow:run:" + runID }

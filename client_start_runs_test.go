@@ -28,14 +28,14 @@ func TestStartRunsStartsManyRunsInOneCall(t *testing.T) {
 		_, err := db.Pool.Exec(ctx, s)
 		require.NoError(t, err)
 	}
-	c := pgflow.NewClient(db.Pool)
+	c := newClient(t, db.Pool, nil)
 	defer c.Close()
 
 	var inputs []map[string]int
 	for i := range 25 {
 		inputs = append(inputs, map[string]int{"n": i})
 	}
-	ids, err := pgflow.StartRuns(ctx, c, f, inputs)
+	ids, err := pgflow.StartRuns(ctx, c, f, inputs, nil)
 	require.NoError(t, err)
 	require.Len(t, ids, 25)
 	for i, id := range ids {
@@ -45,7 +45,7 @@ func TestStartRunsStartsManyRunsInOneCall(t *testing.T) {
 		require.JSONEq(t, fmt.Sprintf(`{"n": %d}`, i), string(run.Input), "run %d keeps its input and position", i)
 	}
 
-	w, err := pgflow.NewWorker(db.Pool, f, pgflow.WorkerConfig{MaxPollWait: time.Second})
+	w, err := newFlowWorker(t, db.Pool, f, pgflow.WorkerConfig{MaxPollWait: time.Second})
 	require.NoError(t, err)
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -60,11 +60,11 @@ func TestStartRunsStartsManyRunsInOneCall(t *testing.T) {
 		require.JSONEq(t, fmt.Sprintf(`{"double": %d}`, 2*i), string(run.Output))
 	}
 
-	_, err = c.StartRunsJSON(ctx, "nope", []json.RawMessage{json.RawMessage(`{}`)})
+	_, err = c.StartRunsJSON(ctx, "nope", []json.RawMessage{json.RawMessage(`{}`)}, nil)
 	require.ErrorIs(t, err, pgflow.ErrFlowNotFound)
-	_, err = c.StartRunsJSON(ctx, "bulk", []json.RawMessage{json.RawMessage(`{}`), json.RawMessage(`{bad`)})
+	_, err = c.StartRunsJSON(ctx, "bulk", []json.RawMessage{json.RawMessage(`{}`), json.RawMessage(`{bad`)}, nil)
 	require.ErrorContains(t, err, "input 2 is not valid JSON")
-	none, err := c.StartRunsJSON(ctx, "bulk", nil)
+	none, err := c.StartRunsJSON(ctx, "bulk", nil, nil)
 	require.NoError(t, err)
 	require.Empty(t, none)
 }

@@ -23,11 +23,29 @@ import (
 
 const clWait = 60 * time.Second
 
-func clClient(t *testing.T, db *pgtest.DB, opts ...ClientOption) *Client {
+func clClient(t *testing.T, db *pgtest.DB, cfgs ...ClientConfig) *Client {
 	t.Helper()
-	c := NewClient(db.Pool, append([]ClientOption{WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil)))}, opts...)...)
+	var cfg ClientConfig
+	if len(cfgs) > 0 {
+		cfg = cfgs[0]
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+	c, err := NewClient(db.Pool, &cfg)
+	require.NoError(t, err)
 	t.Cleanup(c.Close)
 	return c
+}
+
+// afterRead makes every run read of WaitRun and Subscribe call fn with what it read.
+func afterRead(c *Client, fn func(*Run)) {
+	read := c.read
+	c.read = func(ctx context.Context, id string) (*Run, error) {
+		r, err := read(ctx, id)
+		if err == nil {
+			fn(r)
+		}
+		return r, err
+	}
 }
 
 func clExec(t *testing.T, pool *pgxpool.Pool, stmts ...string) {
@@ -152,7 +170,7 @@ func TestClientStartAndGetRun(t *testing.T) {
 	c := clClient(t, db)
 	ctx := clCtx(t)
 
-	run, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{"user": 7}`))
+	run, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{"user": 7}`), nil)
 	require.NoError(t, err)
 	_, err = canonicalRunID(run.ID)
 	require.NoError(t, err)
@@ -221,7 +239,7 @@ func TestClientOutputsKeepFalsyValues(t *testing.T) {
 	require.NoError(t, err)
 	clExec(t, db.Pool, stmts...)
 
-	run, err := StartRun(ctx, c, f, clInput{Name: ""})
+	run, err := StartRun(ctx, c, f, clInput{Name: ""}, nil)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"name": ""}`, string(run.Input))
 	_, err = RunOutput[map[string]json.RawMessage](run)
@@ -284,7 +302,7 @@ func TestClientStartRunTypedRejectsInvalidFlow(t *testing.T) {
 	db := pgtest.New(t)
 	c := clClient(t, db)
 	f := NewFlow[clInput]("1bad")
-	_, err := StartRun(clCtx(t), c, f, clInput{})
+	_, err := StartRun(clCtx(t), c, f, clInput{}, nil)
 	require.ErrorIs(t, err, ErrInvalidSlug)
 }
 
@@ -296,13 +314,13 @@ func TestClientIdempotentStartSequential(t *testing.T) {
 	ctx := clCtx(t)
 	const id = "6a1d6d1e-3f7e-4b53-9c1a-2d2c0e0f0001"
 
-	r1, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{"n": 1}`), WithRunID(id))
+	r1, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{"n": 1}`), &StartOpts{RunID: id})
 	require.NoError(t, err)
 	require.Equal(t, id, r1.ID)
 
 	// Same id, other spelling, other input: the existing run is returned as it is now.
 	clProcess(t, db.Pool, "chain", clEcho)
-	r2, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{"n": 2}`), WithRunID(strings.ToUpper(id)))
+	r2, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{"n": 2}`), &StartOpts{RunID: strings.ToUpper(id)})
 	require.NoError(t, err)
 	require.Equal(t, id, r2.ID)
 	require.JSONEq(t, `{"n": 1}`, string(r2.Input))
@@ -330,7 +348,7 @@ func TestClientIdempotentStartConcurrent(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			runs[i], errs[i] = c.StartRunJSON(ctx, "chain", json.RawMessage(fmt.Sprintf(`{"caller": %d}`, i)), WithRunID(id))
+			runs[i], errs[i] = c.StartRunJSON(ctx, "chain", json.RawMessage(fmt.Sprintf(`{"caller": %d}`, i)), &StartOpts{RunID: id})
 		})
 	}
 	close(start)
@@ -358,15 +376,15 @@ func TestClientRunIDOfAnotherFlow(t *testing.T) {
 	ctx := clCtx(t)
 	const id = "6a1d6d1e-3f7e-4b53-9c1a-2d2c0e0f0003"
 
-	_, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{}`), WithRunID(id))
+	_, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{}`), &StartOpts{RunID: id})
 	require.NoError(t, err)
-	_, err = c.StartRunJSON(ctx, "other", json.RawMessage(`{}`), WithRunID(id))
+	_, err = c.StartRunJSON(ctx, "other", json.RawMessage(`{}`), &StartOpts{RunID: id})
 	require.ErrorIs(t, err, ErrRunIDConflict)
 	require.ErrorContains(t, err, `"chain"`)
 	require.ErrorContains(t, err, `"other"`)
 	require.ErrorContains(t, err, id)
 
-	_, err = c.StartRunJSON(ctx, "chain", json.RawMessage(`{}`), WithRunID("run-1"))
+	_, err = c.StartRunJSON(ctx, "chain", json.RawMessage(`{}`), &StartOpts{RunID: "run-1"})
 	require.ErrorIs(t, err, ErrInvalidRunID)
 	require.ErrorContains(t, err, `"run-1"`)
 }
@@ -378,16 +396,16 @@ func TestClientStartErrors(t *testing.T) {
 	c := clClient(t, db)
 	ctx := clCtx(t)
 
-	_, err := c.StartRunJSON(ctx, "no_such_flow", json.RawMessage(`{}`))
+	_, err := c.StartRunJSON(ctx, "no_such_flow", json.RawMessage(`{}`), nil)
 	require.ErrorIs(t, err, ErrFlowNotFound)
 	require.ErrorContains(t, err, `"no_such_flow"`)
 
-	_, err = c.StartRunJSON(ctx, "rootmap", json.RawMessage(`{"items": []}`))
+	_, err = c.StartRunJSON(ctx, "rootmap", json.RawMessage(`{"items": []}`), nil)
 	require.ErrorContains(t, err, "Flow rootmap has root map steps but input is not an array (got object)")
-	_, err = c.StartRunJSON(ctx, "rootmap", nil)
+	_, err = c.StartRunJSON(ctx, "rootmap", nil, nil)
 	require.ErrorContains(t, err, "Flow rootmap has root map steps but input is not an array (got null)")
 
-	_, err = c.StartRunJSON(ctx, "chain", json.RawMessage(`{"broken": `))
+	_, err = c.StartRunJSON(ctx, "chain", json.RawMessage(`{"broken": `), nil)
 	require.ErrorContains(t, err, "not valid JSON")
 
 	var runs int
@@ -405,7 +423,7 @@ func TestClientStartRunTx(t *testing.T) {
 	// Rolled back: no run.
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
-	gone, err := c.StartRunTx(ctx, tx, "chain", json.RawMessage(`{}`))
+	gone, err := c.StartRunJSONTx(ctx, tx, "chain", json.RawMessage(`{}`), nil)
 	require.NoError(t, err)
 	require.NoError(t, tx.Rollback(ctx))
 	_, err = c.GetRun(ctx, gone.ID)
@@ -416,13 +434,13 @@ func TestClientStartRunTx(t *testing.T) {
 	tx, err = db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	r1, err := c.StartRunTx(ctx, tx, "chain", json.RawMessage(`{"a": 1}`), WithRunID(id))
+	r1, err := c.StartRunJSONTx(ctx, tx, "chain", json.RawMessage(`{"a": 1}`), &StartOpts{RunID: id})
 	require.NoError(t, err)
-	_, err = c.StartRunTx(ctx, tx, "no_such_flow", json.RawMessage(`{}`))
+	_, err = c.StartRunJSONTx(ctx, tx, "no_such_flow", json.RawMessage(`{}`), nil)
 	require.ErrorIs(t, err, ErrFlowNotFound)
-	_, err = c.StartRunTx(ctx, tx, "rootmap", json.RawMessage(`7`))
+	_, err = c.StartRunJSONTx(ctx, tx, "rootmap", json.RawMessage(`7`), nil)
 	require.ErrorContains(t, err, "not an array (got number)")
-	r2, err := c.StartRunTx(ctx, tx, "chain", json.RawMessage(`{"a": 2}`), WithRunID(id))
+	r2, err := c.StartRunJSONTx(ctx, tx, "chain", json.RawMessage(`{"a": 2}`), &StartOpts{RunID: id})
 	require.NoError(t, err)
 	require.Equal(t, r1.ID, r2.ID)
 	require.JSONEq(t, `{"a": 1}`, string(r2.Input))
@@ -443,7 +461,7 @@ func TestClientStartRunTxConcurrentDuplicate(t *testing.T) {
 	first, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = first.Rollback(ctx) }()
-	_, err = c.StartRunTx(ctx, first, "chain", json.RawMessage(`{"who": "first"}`), WithRunID(id))
+	_, err = c.StartRunJSONTx(ctx, first, "chain", json.RawMessage(`{"who": "first"}`), &StartOpts{RunID: id})
 	require.NoError(t, err)
 
 	second, err := db.Pool.Begin(ctx)
@@ -455,7 +473,7 @@ func TestClientStartRunTxConcurrentDuplicate(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		r, err := c.StartRunTx(ctx, second, "chain", json.RawMessage(`{"who": "second"}`), WithRunID(id))
+		r, err := c.StartRunJSONTx(ctx, second, "chain", json.RawMessage(`{"who": "second"}`), &StartOpts{RunID: id})
 		done <- result{r, err}
 	}()
 
@@ -487,13 +505,13 @@ func TestClientWaitRunCompletesWhileWaiting(t *testing.T) {
 	db := pgtest.New(t)
 	clFlows(t, db.Pool)
 	// A poll interval longer than the test: only events can end the wait.
-	c := clClient(t, db, WithPollInterval(time.Hour))
+	c := clClient(t, db, ClientConfig{PollInterval: time.Hour})
 	ctx := clCtx(t)
 
-	run, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{}`))
+	run, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{}`), nil)
 	require.NoError(t, err)
 	reads := make(chan *Run, 100)
-	c.afterRead = func(r *Run) { reads <- r }
+	afterRead(c, func(r *Run) { reads <- r })
 	type result struct {
 		run *Run
 		err error
@@ -517,11 +535,11 @@ func TestClientWaitRunAlreadyCompleted(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	clFlows(t, db.Pool)
-	c := clClient(t, db, WithPollInterval(time.Hour))
+	c := clClient(t, db, ClientConfig{PollInterval: time.Hour})
 	ctx := clCtx(t)
 
 	// A map over an empty array completes inside the start.
-	run, err := c.StartRunJSON(ctx, "rootmap", json.RawMessage(`[]`))
+	run, err := c.StartRunJSON(ctx, "rootmap", json.RawMessage(`[]`), nil)
 	require.NoError(t, err)
 	require.Equal(t, RunCompleted, run.Status)
 	require.JSONEq(t, `{"each": []}`, string(run.Output))
@@ -535,10 +553,10 @@ func TestClientWaitRunFailed(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	clFlows(t, db.Pool)
-	c := clClient(t, db, WithPollInterval(time.Hour))
+	c := clClient(t, db, ClientConfig{PollInterval: time.Hour})
 	ctx := clCtx(t)
 
-	run, err := c.StartRunJSON(ctx, "fragile", json.RawMessage(`{}`))
+	run, err := c.StartRunJSON(ctx, "fragile", json.RawMessage(`{}`), nil)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	var got *Run
@@ -566,19 +584,19 @@ func TestClientWaitRunNoLostEvent(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	clFlows(t, db.Pool)
-	c := clClient(t, db, WithPollInterval(time.Hour))
+	c := clClient(t, db, ClientConfig{PollInterval: time.Hour})
 	ctx := clCtx(t)
 
-	run, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{}`))
+	run, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{}`), nil)
 	require.NoError(t, err)
 	var once sync.Once
 	var sawRunning bool
-	c.afterRead = func(r *Run) {
+	afterRead(c, func(r *Run) {
 		once.Do(func() {
 			sawRunning = r.Status == RunStarted
 			clDrive(t, c, "chain", run.ID, clEcho) // completes the run between the read and the wait
 		})
-	}
+	})
 	got, err := c.WaitRun(ctx, run.ID)
 	require.NoError(t, err)
 	require.True(t, sawRunning)
@@ -590,17 +608,17 @@ func TestClientSubscribeNoLostEvent(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	clFlows(t, db.Pool)
-	c := clClient(t, db, WithPollInterval(time.Hour))
+	c := clClient(t, db, ClientConfig{PollInterval: time.Hour})
 	ctx := clCtx(t)
 
-	run, err := c.StartRunJSON(ctx, "fragile", json.RawMessage(`{}`))
+	run, err := c.StartRunJSON(ctx, "fragile", json.RawMessage(`{}`), nil)
 	require.NoError(t, err)
 	var once sync.Once
-	c.afterRead = func(*Run) {
+	afterRead(c, func(*Run) {
 		once.Do(func() {
 			clDrive(t, c, "fragile", run.ID, func(clTask) (string, error) { return "", errors.New("boom") })
 		})
-	}
+	})
 	events, err := c.Subscribe(ctx, run.ID)
 	require.NoError(t, err)
 	var got []string
@@ -620,10 +638,10 @@ func TestClientWaitRunPollingFallback(t *testing.T) {
 		return nil, errors.New("listener connection disabled by the test")
 	}
 	cfg.Fallbacks = nil
-	c := clClient(t, db, WithPollInterval(20*time.Millisecond), WithListenConfig(cfg))
+	c := clClient(t, db, ClientConfig{PollInterval: 20 * time.Millisecond, ListenConfig: cfg})
 	ctx := clCtx(t)
 
-	run, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{}`))
+	run, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{}`), nil)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	var got *Run
@@ -645,7 +663,7 @@ func TestClientSubscribeEvents(t *testing.T) {
 	c := clClient(t, db)
 	ctx := clCtx(t)
 
-	run, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{}`))
+	run, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{}`), nil)
 	require.NoError(t, err)
 	events, err := c.Subscribe(ctx, run.ID)
 	require.NoError(t, err)
@@ -675,14 +693,14 @@ func TestClientSubscribeTerminalRunAndCancel(t *testing.T) {
 	c := clClient(t, db)
 	ctx := clCtx(t)
 
-	done, err := c.StartRunJSON(ctx, "rootmap", json.RawMessage(`[]`))
+	done, err := c.StartRunJSON(ctx, "rootmap", json.RawMessage(`[]`), nil)
 	require.NoError(t, err)
 	events, err := c.Subscribe(ctx, done.ID)
 	require.NoError(t, err)
 	_, open := <-events
 	require.False(t, open, "the channel of an ended run is closed at once")
 
-	running, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{}`))
+	running, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{}`), nil)
 	require.NoError(t, err)
 	subCtx, cancel := context.WithCancel(ctx)
 	events, err = c.Subscribe(subCtx, running.ID)
@@ -733,10 +751,10 @@ func TestClientListenerReconnect(t *testing.T) {
 		}
 		return dialer.DialContext(ctx, network, addr)
 	}
-	c := clClient(t, db, WithPollInterval(time.Hour), WithListenConfig(cfg))
+	c := clClient(t, db, ClientConfig{PollInterval: time.Hour, ListenConfig: cfg})
 	ctx := clCtx(t)
 
-	run, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{}`))
+	run, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{}`), nil)
 	require.NoError(t, err)
 	events, err := c.Subscribe(ctx, run.ID) // returns once the listener is active
 	require.NoError(t, err)
@@ -818,10 +836,10 @@ func TestClientClose(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	clFlows(t, db.Pool)
-	c := clClient(t, db, WithPollInterval(time.Hour))
+	c := clClient(t, db, ClientConfig{PollInterval: time.Hour})
 	ctx := clCtx(t)
 
-	run, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{}`))
+	run, err := c.StartRunJSON(ctx, "chain", json.RawMessage(`{}`), nil)
 	require.NoError(t, err)
 	events, err := c.Subscribe(ctx, run.ID)
 	require.NoError(t, err)
@@ -870,15 +888,16 @@ func TestCanonicalRunID(t *testing.T) {
 func TestClientWithWorker(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	c := clClient(t, db, WithPollInterval(time.Hour))
+	c := clClient(t, db, ClientConfig{PollInterval: time.Hour})
 	ctx := clCtx(t)
 
 	f, zero, no, empty, nothing := clFalsyFlow()
-	w, err := NewWorker(db.Pool, f, WorkerConfig{
+	w, err := newWorkerFor(t, db.Pool, f, WorkerConfig{
 		MaxPollWait:  200 * time.Millisecond,
 		PollInterval: 20 * time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(t.Output(), nil)),
 	})
+
 	require.NoError(t, err)
 	wctx, stop := context.WithCancel(ctx)
 	workerDone := make(chan error, 1)
@@ -892,7 +911,7 @@ func TestClientWithWorker(t *testing.T) {
 	var run *Run
 	deadline := time.Now().Add(clWait)
 	for {
-		run, err = StartRun(ctx, c, f, clInput{Name: "x"})
+		run, err = StartRun(ctx, c, f, clInput{Name: "x"}, nil)
 		if !errors.Is(err, ErrFlowNotFound) {
 			break
 		}

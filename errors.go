@@ -1,12 +1,12 @@
 package pgflow
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
+
+	"github.com/pgflow-go/pgflow/internal/taskrun"
 )
 
 // Kinds of flow definition errors. Every *DefinitionError wraps exactly one of them, so callers can test with
@@ -115,31 +115,40 @@ func (e *PermanentError) Unwrap() error { return e.Err }
 // Is reports whether target is ErrPermanent.
 func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
 
+// Permanent reports true: the worker fails the task without retry.
+func (e *PermanentError) Permanent() bool { return true }
+
 // ErrStepTimeout is matched (errors.Is) by the cause of a handler's context whose step timeout passed
 // (context.Cause(ctx)) and by the error the worker records for such an attempt.
-var ErrStepTimeout = errors.New("step timed out")
+var ErrStepTimeout = taskrun.ErrStepTimeout
 
-// stepTimeoutError is the cause of a handler context whose deadline, the step's timeout, passed.
-type stepTimeoutError struct {
-	step        string
-	taskIndex   int
-	mapStep     bool
-	timeout     time.Duration
-	attempt     int
-	maxAttempts int
+// ErrShapeMismatch is wrapped by the error Start returns when a flow stored in the database differs from the
+// flow in code and the worker may not recompile it; errors.As the error to a *ShapeMismatchError for the list.
+var ErrShapeMismatch = errors.New("flow definition differs from the one in the database")
+
+// ShapeMismatchError reports that the flow stored in the database has a different shape (steps, dependencies,
+// step types, conditions or modes) than the flow in the code, in a database where recompiling is not allowed.
+// Nothing was changed in the database.
+type ShapeMismatchError struct {
+	Flow        string   // flow slug
+	Differences []string // one entry per difference, as reported by pgflow.ensure_flow_compiled (code first, database second)
 }
 
-func (e *stepTimeoutError) Error() string {
+func (e *ShapeMismatchError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "step %q", e.step)
-	if e.mapStep {
-		fmt.Fprintf(&b, " task %d", e.taskIndex)
+	fmt.Fprintf(&b, "pgflow: flow %q: the code's definition differs from the database's (%d difference", e.Flow, len(e.Differences))
+	if len(e.Differences) != 1 {
+		b.WriteString("s")
 	}
-	fmt.Fprintf(&b, " timed out after %s (attempt %d of %d)", e.timeout, e.attempt, e.maxAttempts)
+	b.WriteString("; each names the code's side first, then the database's):")
+	for _, d := range e.Differences {
+		b.WriteString("\n  - ")
+		b.WriteString(d)
+	}
+	b.WriteString("\napply a migration with the new definition (Flow.CompileSQL), give the changed flow a new slug, " +
+		"or set WorkerConfig.AllowDataLoss to recompile it (this deletes the flow's runs and queue)")
 	return b.String()
 }
 
-// Is reports whether target is ErrStepTimeout or context.DeadlineExceeded.
-func (e *stepTimeoutError) Is(target error) bool {
-	return target == ErrStepTimeout || target == context.DeadlineExceeded
-}
+// Unwrap returns ErrShapeMismatch.
+func (e *ShapeMismatchError) Unwrap() error { return ErrShapeMismatch }

@@ -50,11 +50,11 @@ func ExampleStartRun() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	client := pgflow.NewClient(pool)
+	client := newClient(t, pool, nil)
 	defer client.Close()
 
 	flow, acct, welcome := signupFlow()
-	run, err := pgflow.StartRun(ctx, client, flow, signupInput{Email: "ada@example.com"})
+	run, err := pgflow.StartRun(ctx, client, flow, signupInput{Email: "ada@example.com"}, nil)
 	if err != nil {
 		log.Fatal(err) // e.g. pgflow.ErrFlowNotFound if no worker has compiled the flow yet
 	}
@@ -97,13 +97,13 @@ func ExampleWithRunID() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	client := pgflow.NewClient(pool)
+	client := newClient(t, pool, nil)
 	defer client.Close()
 
 	requestID := "3b241101-e2bb-4255-8caf-4136c566a962" // e.g. the idempotency key of an HTTP request
 	for range 2 {
-		run, err := client.StartRunJSON(ctx, "signup", json.RawMessage(`{"email": "ada@example.com"}`),
-			pgflow.WithRunID(requestID))
+		run, err := client.StartRunJSON(ctx, "signup", json.RawMessage(`{"email": "ada@example.com"}`), &pgflow.StartOpts{RunID: requestID})
+
 		if errors.Is(err, pgflow.ErrRunIDConflict) {
 			log.Fatal("that id belongs to a run of another flow")
 		}
@@ -122,7 +122,7 @@ func ExampleClient_StartRunTx() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	client := pgflow.NewClient(pool)
+	client := newClient(t, pool, nil)
 	defer client.Close()
 
 	tx, err := pool.Begin(ctx)
@@ -134,7 +134,7 @@ func ExampleClient_StartRunTx() {
 	if _, err := tx.Exec(ctx, `insert into signups (email) values ($1)`, "ada@example.com"); err != nil {
 		log.Fatal(err)
 	}
-	run, err := client.StartRunTx(ctx, tx, "signup", json.RawMessage(`{"email": "ada@example.com"}`))
+	run, err := client.StartRunJSONTx(ctx, tx, "signup", json.RawMessage(`{"email": "ada@example.com"}`), nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -153,10 +153,10 @@ func ExampleClient_Subscribe() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	client := pgflow.NewClient(pool)
+	client := newClient(t, pool, nil)
 	defer client.Close()
 
-	run, err := client.StartRunJSON(ctx, "signup", json.RawMessage(`{"email": "ada@example.com"}`))
+	run, err := client.StartRunJSON(ctx, "signup", json.RawMessage(`{"email": "ada@example.com"}`), nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -74,10 +74,11 @@ func ExampleNewWorker() {
 	}
 	defer pool.Close() // after Run: the worker reports its last results before the pool goes away
 
-	w, err := pgflow.NewWorker(pool, greetFlow(), pgflow.WorkerConfig{
+	w, err := newFlowWorker(t, pool, greetFlow(), pgflow.WorkerConfig{
 		BatchSize:       5,
 		ShutdownTimeout: time.Minute,
 	})
+
 	if err != nil {
 		log.Fatal(err) // e.g. "pgflow: WorkerConfig.BatchSize = -1: must be >= 1 (0 means the default, 10)"
 	}

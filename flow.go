@@ -45,12 +45,18 @@ type flowCore struct {
 // NewFlow starts the definition of a flow. slug names the flow, its database rows and its queue: 1 to 47
 // characters (the PGMQ queue-name limit), ASCII letters, digits and '_', not starting with a digit, not "run".
 // Accepted options: MaxAttempts, BaseDelay, Timeout. Mistakes are recorded and reported by Err.
-func NewFlow[I any](slug string, opts ...Option) *Flow[I] {
+func NewFlow[I any](slug string, opts ...FlowOption) *Flow[I] {
 	c := &flowCore{slug: slug, bySlug: make(map[string]*stepDef)}
 	if detail := validateSlug(slug, maxFlowSlugLen); detail != "" {
 		c.errs = append(c.errs, &DefinitionError{Flow: slug, Err: ErrInvalidSlug, Detail: detail})
 	}
-	v, problems := applyOptions(opts, true)
+	flat := make([]Option, len(opts))
+	for i, o := range opts {
+		if o != nil {
+			flat[i] = o.flowOption()
+		}
+	}
+	v, problems := applyOptions(flat, true)
 	for _, p := range problems {
 		c.errs = append(c.errs, &DefinitionError{Flow: slug, Err: p.kind, Detail: p.detail})
 	}

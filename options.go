@@ -25,15 +25,30 @@ const (
 
 func (m WhenMode) valid() bool { return m == Fail || m == Skip || m == SkipCascade }
 
-// Option configures a flow (NewFlow) or a step (Step, Map, MapInput). MaxAttempts, BaseDelay and Timeout are
-// accepted by both; StartDelay, If, IfNot, WhenUnmet, WhenExhausted and DependsOn only by steps. Options are
-// validated when the flow or step is defined; a bad option is recorded as a *DefinitionError (see Flow.Err).
-// The zero Option is invalid.
+// FlowOption configures a flow (NewFlow): MaxAttempts, BaseDelay and Timeout, the defaults of its steps.
+type FlowOption interface{ flowOption() Option }
+
+// StepOption configures a step (Step, Map, MapInput): every option. Step-only options (StartDelay, If, IfNot,
+// WhenUnmet, WhenExhausted, DependsOn) are StepOnlyOption values, which NewFlow does not accept: using one on a
+// flow does not compile.
+type StepOption interface{ stepOption() Option }
+
+// Option is an option of flows and steps alike (MaxAttempts, BaseDelay, Timeout). Options are validated when the
+// flow or step is defined; a bad value is recorded as a *DefinitionError (see Flow.Err). The zero Option is
+// invalid.
 type Option struct {
 	name     string // the constructor's name, e.g. "MaxAttempts"; used in error messages and duplicate detection
 	stepOnly bool
 	apply    func(v *optionValues) *optionProblem
 }
+
+func (o Option) flowOption() Option { return o }
+func (o Option) stepOption() Option { return o }
+
+// StepOnlyOption is an option of steps only (StartDelay, If, IfNot, WhenUnmet, WhenExhausted, DependsOn).
+type StepOnlyOption struct{ o Option }
+
+func (o StepOnlyOption) stepOption() Option { return o.o }
 
 // optionProblem is what an Option reports when its value is unacceptable; the caller turns it into a
 // *DefinitionError naming the flow and step.
@@ -104,82 +119,82 @@ func Timeout(d time.Duration) Option {
 
 // StartDelay delays the first delivery of a step's tasks once the step becomes ready (whole seconds >= 0).
 // Retries are not delayed by it. Step option only.
-func StartDelay(d time.Duration) Option {
-	return Option{name: "StartDelay", stepOnly: true, apply: func(v *optionValues) *optionProblem {
+func StartDelay(d time.Duration) StepOnlyOption {
+	return StepOnlyOption{Option{name: "StartDelay", stepOnly: true, apply: func(v *optionValues) *optionProblem {
 		s, p := wholeSeconds("StartDelay", d, 0)
 		if p != nil {
 			return p
 		}
 		v.startDelay = &s
 		return nil
-	}}
+	}}}
 }
 
 // If makes the step run only when its condition input contains pattern (PostgreSQL jsonb containment, @>).
 // The condition input is the flow input for a root step and the object {"<dep slug>": <dep output>, ...} of
 // the completed dependencies for a dependent step. pattern must marshal to a JSON object, e.g.
 // map[string]any{"fetch": map[string]any{"ok": true}}. Step option only.
-func If(pattern any) Option {
-	return Option{name: "If", stepOnly: true, apply: func(v *optionValues) *optionProblem {
+func If(pattern any) StepOnlyOption {
+	return StepOnlyOption{Option{name: "If", stepOnly: true, apply: func(v *optionValues) *optionProblem {
 		raw, p := patternJSON("If", pattern)
 		if p != nil {
 			return p
 		}
 		v.ifPattern = raw
 		return nil
-	}}
+	}}}
 }
 
 // IfNot makes the step run only when its condition input does NOT contain pattern (see If). If and IfNot
 // together must both pass. IfNot(map[string]any{"dep": map[string]any{}}) runs the step only when "dep" was
 // skipped. Step option only.
-func IfNot(pattern any) Option {
-	return Option{name: "IfNot", stepOnly: true, apply: func(v *optionValues) *optionProblem {
+func IfNot(pattern any) StepOnlyOption {
+	return StepOnlyOption{Option{name: "IfNot", stepOnly: true, apply: func(v *optionValues) *optionProblem {
 		raw, p := patternJSON("IfNot", pattern)
 		if p != nil {
 			return p
 		}
 		v.ifNotPattern = raw
 		return nil
-	}}
+	}}}
 }
 
 // WhenUnmet says what happens when the step's If/IfNot condition is not met (database default Skip). It is
 // only allowed together with If or IfNot. Step option only.
-func WhenUnmet(mode WhenMode) Option {
-	return Option{name: "WhenUnmet", stepOnly: true, apply: func(v *optionValues) *optionProblem {
+func WhenUnmet(mode WhenMode) StepOnlyOption {
+	return StepOnlyOption{Option{name: "WhenUnmet", stepOnly: true, apply: func(v *optionValues) *optionProblem {
 		if !mode.valid() {
 			return &optionProblem{ErrInvalidOption, fmt.Sprintf("WhenUnmet(%q): mode must be %q, %q or %q", string(mode), Fail, Skip, SkipCascade)}
 		}
 		v.whenUnmet = mode
 		return nil
-	}}
+	}}}
 }
 
 // WhenExhausted says what happens when a task of the step fails on its last attempt (database default Fail).
 // Step option only.
-func WhenExhausted(mode WhenMode) Option {
-	return Option{name: "WhenExhausted", stepOnly: true, apply: func(v *optionValues) *optionProblem {
+func WhenExhausted(mode WhenMode) StepOnlyOption {
+	return StepOnlyOption{Option{name: "WhenExhausted", stepOnly: true, apply: func(v *optionValues) *optionProblem {
 		if !mode.valid() {
 			return &optionProblem{ErrInvalidOption, fmt.Sprintf("WhenExhausted(%q): mode must be %q, %q or %q", string(mode), Fail, Skip, SkipCascade)}
 		}
 		v.whenExhausted = mode
 		return nil
-	}}
+	}}}
 }
 
 // DependsOn makes the step depend on the given steps of the same flow: it becomes ready when all of them have
 // completed (or were skipped), and its handler reads their outputs with StepHandle.Output. May be given more
 // than once; the dependencies accumulate in order. A Map step already depends on the step it maps over and
 // accepts no other dependency; a MapInput step accepts none. Step option only.
-func DependsOn(steps ...AnyStep) Option {
-	return Option{name: "DependsOn", stepOnly: true, apply: func(v *optionValues) *optionProblem {
+func DependsOn(steps ...AnyStep) StepOnlyOption {
+	return StepOnlyOption{Option{name: "DependsOn", stepOnly: true, apply: func(v *optionValues) *optionProblem {
 		if len(steps) == 0 {
 			return &optionProblem{ErrInvalidOption, "DependsOn(): needs at least one step"}
 		}
 		v.deps = append(v.deps, steps...)
 		return nil
-	}}
+	}}}
 }
 
 // applyOptions applies opts in order and returns every problem found: zero Options, step options used on a flow,

@@ -142,7 +142,7 @@ func badInputDB(t *testing.T) (*pgxpool.Pool, string) {
 func TestReliabilityBadInputSlugs(t *testing.T) {
 	t.Parallel()
 	pool, _ := badInputDB(t)
-	client := pgflow.NewClient(pool)
+	client := newClient(t, pool, nil)
 	defer client.Close()
 	exec := func(sql string, args ...any) func(context.Context) error {
 		return func(ctx context.Context) error {
@@ -160,7 +160,7 @@ func TestReliabilityBadInputSlugs(t *testing.T) {
 			badCase{name: "add_step dependency " + q, value: slug, act: exec(`select pgflow.add_step('rel_one', 'later', array[$1])`, slug)},
 			badCase{name: "start_flow " + q, value: slug, act: exec(`select pgflow.start_flow($1, '{}'::jsonb)`, slug)},
 			badCase{name: "client start " + q, value: slug, act: func(ctx context.Context) error {
-				_, err := client.StartRunJSON(ctx, slug, json.RawMessage(`{}`))
+				_, err := client.StartRunJSON(ctx, slug, json.RawMessage(`{}`), nil)
 				return err
 			}},
 			badCase{name: "ensure_flow_compiled " + q, value: slug, act: exec(
@@ -177,7 +177,7 @@ func TestReliabilityBadInputSlugs(t *testing.T) {
 func TestReliabilityBadInputUnknownAndMalformed(t *testing.T) {
 	t.Parallel()
 	pool, runID := badInputDB(t)
-	client := pgflow.NewClient(pool)
+	client := newClient(t, pool, nil)
 	defer client.Close()
 	exec := func(sql string, args ...any) func(context.Context) error {
 		return func(ctx context.Context) error {
@@ -190,7 +190,7 @@ func TestReliabilityBadInputUnknownAndMalformed(t *testing.T) {
 		{name: "start unknown flow", value: "no_such_flow", want: []string{"not present"},
 			act: exec(`select pgflow.start_flow('no_such_flow', '{}'::jsonb)`)},
 		{name: "client start unknown flow", value: "no_such_flow", act: func(ctx context.Context) error {
-			_, err := client.StartRunJSON(ctx, "no_such_flow", json.RawMessage(`{}`))
+			_, err := client.StartRunJSON(ctx, "no_such_flow", json.RawMessage(`{}`), nil)
 			return err
 		}, check: func(t *testing.T, err error) { require.ErrorIs(t, err, pgflow.ErrFlowNotFound) }},
 		{name: "client get unknown run", value: unknownRun, act: func(ctx context.Context) error {
@@ -202,11 +202,11 @@ func TestReliabilityBadInputUnknownAndMalformed(t *testing.T) {
 			return err
 		}, check: func(t *testing.T, err error) { require.ErrorIs(t, err, pgflow.ErrRunNotFound) }},
 		{name: "client run id not a uuid", value: "1'; delete from pgflow.runs; --", act: func(ctx context.Context) error {
-			_, err := client.StartRunJSON(ctx, reliability.OneStepFlow, json.RawMessage(`{}`), pgflow.WithRunID("1'; delete from pgflow.runs; --"))
+			_, err := client.StartRunJSON(ctx, reliability.OneStepFlow, json.RawMessage(`{}`), &pgflow.StartOpts{RunID: "1'; delete from pgflow.runs; --"})
 			return err
 		}, check: func(t *testing.T, err error) { require.ErrorIs(t, err, pgflow.ErrInvalidRunID) }},
 		{name: "client run id of another flow", value: runID, act: func(ctx context.Context) error {
-			_, err := client.StartRunJSON(ctx, reliability.MapFlow, json.RawMessage(`{}`), pgflow.WithRunID(runID))
+			_, err := client.StartRunJSON(ctx, reliability.MapFlow, json.RawMessage(`{}`), &pgflow.StartOpts{RunID: runID})
 			return err
 		}, check: func(t *testing.T, err error) { require.ErrorIs(t, err, pgflow.ErrRunIDConflict) }},
 		{name: "start_flow existing run id", value: runID, want: []string{"runs_pkey"},
@@ -214,7 +214,7 @@ func TestReliabilityBadInputUnknownAndMalformed(t *testing.T) {
 
 		// Inputs.
 		{name: "client input not JSON", value: "{not json", act: func(ctx context.Context) error {
-			_, err := client.StartRunJSON(ctx, reliability.OneStepFlow, json.RawMessage(`{not json`))
+			_, err := client.StartRunJSON(ctx, reliability.OneStepFlow, json.RawMessage(`{not json`), nil)
 			return err
 		}},
 		{name: "start_flow input not JSON", value: "not", want: []string{"json"},
@@ -229,7 +229,7 @@ func TestReliabilityBadInputUnknownAndMalformed(t *testing.T) {
 			act: exec(`select pgflow.start_flow('rel_rootmap', null)`)},
 		{name: "client root map input object", value: "rel_rootmap", want: []string{"not an array (got object)"},
 			act: func(ctx context.Context) error {
-				_, err := client.StartRunJSON(ctx, "rel_rootmap", json.RawMessage(`{"items": [1]}`))
+				_, err := client.StartRunJSON(ctx, "rel_rootmap", json.RawMessage(`{"items": [1]}`), nil)
 				return err
 			}},
 
@@ -359,7 +359,7 @@ func TestReliabilityBadInputDSLAndConfig(t *testing.T) {
 		`WorkerID = "'; drop --"`:  {WorkerID: "'; drop --"},
 		"MaxConcurrent = 99999999": {MaxConcurrent: 1 << 40},
 	} {
-		_, err := pgflow.NewWorker(pool, good, cfg)
+		_, err := newFlowWorker(t, pool, good, cfg)
 		require.Error(t, err, field)
 		if field != "MaxConcurrent = 99999999" {
 			require.Contains(t, err.Error(), field)

@@ -233,7 +233,7 @@ type inProcWorker struct {
 
 func runInProc(t *testing.T, pool *pgxpool.Pool, flow pgflow.AnyFlow, cfg pgflow.WorkerConfig) *inProcWorker {
 	t.Helper()
-	w, err := pgflow.NewWorker(pool, flow, cfg)
+	w, err := newFlowWorker(t, pool, flow, cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	iw := &inProcWorker{w: w, cancel: cancel, done: make(chan error, 1)}
@@ -257,4 +257,21 @@ func (iw *inProcWorker) stop() error {
 		}
 	})
 	return iw.err
+}
+
+// newClient returns a client of pool for the test (cfg may be nil), closed when the test ends.
+func newClient(t testing.TB, pool *pgxpool.Pool, cfg *pgflow.ClientConfig) *pgflow.Client {
+	t.Helper()
+	c, err := pgflow.NewClient(pool, cfg)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
+
+// newFlowWorker builds a worker serving flow (first) and cfg.Flows on a client of its own.
+func newFlowWorker(t testing.TB, pool *pgxpool.Pool, flow pgflow.AnyFlow, cfg pgflow.WorkerConfig) (*pgflow.Worker, error) {
+	t.Helper()
+	c := newClient(t, pool, &pgflow.ClientConfig{Logger: cfg.Logger})
+	cfg.Flows = append([]pgflow.WorkerFlow{{Flow: flow}}, cfg.Flows...)
+	return pgflow.NewWorker(c, &cfg)
 }

@@ -72,7 +72,7 @@ func TestReliabilityConcurrentStartSameRunID(t *testing.T) {
 	ctx := context.Background()
 	db := relDB(t)
 	compileRelFlow(t, db.Pool, reliability.OneStepFlow)
-	client := pgflow.NewClient(db.Pool)
+	client := newClient(t, db.Pool, nil)
 	defer client.Close()
 	const callers = 16
 	for round := range 5 {
@@ -85,7 +85,7 @@ func TestReliabilityConcurrentStartSameRunID(t *testing.T) {
 		for i := range callers {
 			wg.Go(func() {
 				<-ready
-				run, err := client.StartRunJSON(ctx, reliability.OneStepFlow, json.RawMessage(`{"sleep_ms":1}`), pgflow.WithRunID(runID))
+				run, err := client.StartRunJSON(ctx, reliability.OneStepFlow, json.RawMessage(`{"sleep_ms":1}`), &pgflow.StartOpts{RunID: runID})
 				clientErrs[i] = err
 				if err == nil {
 					clientIDs[i] = run.ID

@@ -102,7 +102,7 @@ func TestSecurityRoleModel(t *testing.T) {
 	// Client: starts, reads and waits.
 	client := pgflow.NewClient(clientPool, pgflow.WithPollInterval(200*time.Millisecond))
 	defer client.Close()
-	run, err := client.StartRunJSON(ctx, reliability.OneStepFlow, json.RawMessage(`{}`))
+	run, err := client.StartRunJSON(ctx, reliability.OneStepFlow, json.RawMessage(`{}`), nil)
 	require.NoError(t, err)
 	got, err := client.GetRun(ctx, run.ID)
 	require.NoError(t, err)
@@ -177,7 +177,7 @@ func TestSecurityRoleModel(t *testing.T) {
 
 	// A worker whose flow is not in the database cannot compile it.
 	missing := relFlow(t, reliability.MapFlow, reliability.Handlers{Recorder: reliability.DBRecorder{DB: workerPool}})
-	mw, err := pgflow.NewWorker(workerPool, missing, cfg)
+	mw, err := newFlowWorker(t, workerPool, missing, cfg)
 	require.NoError(t, err)
 	runErr := mw.Run(ctx)
 	requireDenied(t, runErr, "worker compiling a missing flow")
@@ -219,7 +219,7 @@ func TestSecurityRoleModel(t *testing.T) {
 		require.NoError(t, compileAs(ownerPool, "pgflow_owner"))
 	}
 	mw2 := runInProc(t, workerPool, missing, cfg)
-	mapRun, err := client.StartRunJSON(ctx, reliability.MapFlow, json.RawMessage(`{"items": 3}`))
+	mapRun, err := client.StartRunJSON(ctx, reliability.MapFlow, json.RawMessage(`{"items": 3}`), nil)
 	require.NoError(t, err)
 	done, err = client.WaitRun(waitCtx, mapRun.ID)
 	require.NoError(t, err)

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/pgflow-go/pgflow/internal/taskrun"
 )
 
 // Step types as stored in pgflow.steps.step_type.
@@ -72,13 +74,13 @@ func (h StepHandle[O]) Output(t TaskInfo) (O, error) {
 	if err := json.Unmarshal(raw, &out); err != nil {
 		// A stored output never changes: retrying cannot help.
 		return zero, Permanent(fmt.Errorf("pgflow: flow %q, run %s, step %q: cannot decode the output of dependency %q into %T: %w",
-			st.step.flowSlug(), st.env.meta.RunID, st.step.slug, h.d.slug, zero, err))
+			st.step.flowSlug(), st.env.Meta.RunID, st.step.slug, h.d.slug, zero, err))
 	}
 	return out, nil
 }
 
 // runFunc runs a step's handler for one claimed task; see the worker contract at the top of task.go.
-type runFunc func(ctx context.Context, env *taskEnv) (json.RawMessage, error)
+type runFunc = taskrun.RunFunc
 
 // stepDef is the immutable definition of one step, created by Step, Map or MapInput. Only valid steps are added
 // to a flow; a step with definition errors gets a broken stepDef that is never added.
@@ -127,10 +129,10 @@ func (d *stepDef) dependsOn(dep *stepDef) bool {
 // Accepted options: MaxAttempts, BaseDelay, Timeout, StartDelay, If, IfNot, WhenUnmet, WhenExhausted,
 // DependsOn. Definition mistakes are recorded on f (see Flow.Err); the returned handle is then not usable as a
 // dependency of a valid flow.
-func Step[I, O any](f *Flow[I], slug string, handler func(ctx context.Context, t *Task[I]) (O, error), opts ...Option) StepHandle[O] {
+func Step[I, O any](f *Flow[I], slug string, handler func(ctx context.Context, t *Task[I]) (O, error), opts ...StepOption) StepHandle[O] {
 	c := mustCore(f, "Step")
 	d := c.addStep(slug, stepTypeSingle, nil, handler == nil, opts, func(d *stepDef) runFunc {
-		return func(ctx context.Context, env *taskEnv) (out json.RawMessage, err error) {
+		return func(ctx context.Context, env *taskrun.Env) (out json.RawMessage, err error) {
 			t := newTask[I](env, d)
 			defer recoverHandlerPanic(d, env, &out, &err)
 			o, err := handler(ctx, t)
@@ -148,7 +150,7 @@ func Step[I, O any](f *Flow[I], slug string, handler func(ctx context.Context, t
 // once with []. The step depends on over and on nothing else.
 //
 // Accepted options: those of Step; DependsOn may only repeat over.
-func Map[I any, S ~[]E, E, O any](f *Flow[I], slug string, over StepHandle[S], handler func(ctx context.Context, t *Task[I], item E) (O, error), opts ...Option) StepHandle[[]O] {
+func Map[I any, S ~[]E, E, O any](f *Flow[I], slug string, over StepHandle[S], handler func(ctx context.Context, t *Task[I], item E) (O, error), opts ...StepOption) StepHandle[[]O] {
 	c := mustCore(f, "Map")
 	d := c.addStep(slug, stepTypeMap, over, handler == nil, opts, mapRunner(handler))
 	return StepHandle[[]O]{d: d}
@@ -160,7 +162,7 @@ func Map[I any, S ~[]E, E, O any](f *Flow[I], slug string, over StepHandle[S], h
 //
 // Accepted options: those of Step except DependsOn, If and IfNot (the condition input of a root map is the input
 // array, which never contains an object pattern).
-func MapInput[I ~[]E, E, O any](f *Flow[I], slug string, handler func(ctx context.Context, t *Task[I], item E) (O, error), opts ...Option) StepHandle[[]O] {
+func MapInput[I ~[]E, E, O any](f *Flow[I], slug string, handler func(ctx context.Context, t *Task[I], item E) (O, error), opts ...StepOption) StepHandle[[]O] {
 	c := mustCore(f, "MapInput")
 	d := c.addStep(slug, stepTypeMap, nil, handler == nil, opts, mapRunner(handler))
 	return StepHandle[[]O]{d: d}
@@ -168,18 +170,18 @@ func MapInput[I ~[]E, E, O any](f *Flow[I], slug string, handler func(ctx contex
 
 func mapRunner[I, E, O any](handler func(ctx context.Context, t *Task[I], item E) (O, error)) func(d *stepDef) runFunc {
 	return func(d *stepDef) runFunc {
-		return func(ctx context.Context, env *taskEnv) (out json.RawMessage, err error) {
+		return func(ctx context.Context, env *taskrun.Env) (out json.RawMessage, err error) {
 			t := newTask[I](env, d)
 			defer recoverHandlerPanic(d, env, &out, &err)
 			var item E
-			raw := env.input
+			raw := env.Input
 			if len(raw) == 0 {
 				raw = json.RawMessage("null")
 			}
 			if err := json.Unmarshal(raw, &item); err != nil {
 				// The element never changes: retrying cannot help.
 				return nil, Permanent(fmt.Errorf("pgflow: flow %q, run %s, step %q task %d: cannot decode the map element into %T: %w",
-					d.flowSlug(), env.meta.RunID, d.slug, env.meta.TaskIndex, item, err))
+					d.flowSlug(), env.Meta.RunID, d.slug, env.Meta.TaskIndex, item, err))
 			}
 			o, err := handler(ctx, t, item)
 			if err != nil {
@@ -208,7 +210,7 @@ func marshalOutput(d *stepDef, o any) (json.RawMessage, error) {
 // addStep validates and adds a step. over is the array dependency of a Map step (nil otherwise); a map step
 // without over is a MapInput step. mkRun builds the runner once the stepDef exists. It always returns a stepDef;
 // a step with errors is returned broken and not added.
-func (c *flowCore) addStep(slug, stepType string, over AnyStep, nilHandler bool, opts []Option, mkRun func(*stepDef) runFunc) *stepDef {
+func (c *flowCore) addStep(slug, stepType string, over AnyStep, nilHandler bool, opts []StepOption, mkRun func(*stepDef) runFunc) *stepDef {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	d := &stepDef{flow: c, slug: slug, stepType: stepType}
@@ -226,7 +228,13 @@ func (c *flowCore) addStep(slug, stepType string, over AnyStep, nilHandler bool,
 	if nilHandler {
 		c.recordLocked(slug, ErrInvalidHandler, "handler is nil")
 	}
-	v, problems := applyOptions(opts, false)
+	flat := make([]Option, len(opts))
+	for i, o := range opts {
+		if o != nil {
+			flat[i] = o.stepOption()
+		}
+	}
+	v, problems := applyOptions(flat, false)
 	for _, p := range problems {
 		c.recordLocked(slug, p.kind, p.detail)
 	}

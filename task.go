@@ -1,40 +1,5 @@
 package pgflow
 
-// Worker contract (internal to this package; worker.go relies on it).
-//
-// Definition side:
-//
-//   - steps, err := flow.core().freeze() — call once at worker start, before anything else. It freezes the flow
-//     (no step can be added afterwards) and returns its steps in definition order (index i has step_index i), or
-//     the joined *DefinitionError values when the definition is invalid; the worker must then refuse to start
-//     and report err. Shape() also freezes and returns the exact JSON to pass to pgflow.ensure_flow_compiled.
-//   - flow.core().step(slug) returns the *stepDef for a step slug, or nil (an unknown slug: fail the task).
-//   - A *stepDef is immutable after freeze and safe for concurrent use. Fields a worker may read: slug,
-//     stepType ("single" | "map"), deps (depSlugs() for slugs), index, opts.maxAttempts / opts.baseDelay /
-//     opts.timeout / opts.startDelay (*int, seconds; nil = inherit the flow's or the database default), run.
-//     The flow's own options are flow.core().opts (only maxAttempts, baseDelay, timeout are set).
-//
-// Execution side, for every row claimed with pgflow.start_tasks:
-//
-//	env := &taskEnv{
-//		meta:          TaskMeta{RunID: ..., FlowSlug: ..., StepSlug: ..., TaskIndex: ..., Attempt: ..., MessageID: ..., WorkerID: ..., QueueName: ...},
-//		input:         row.input,      // jsonb "input" column as is: {} for root steps, the deps object, or the map element
-//		flowInput:     row.flow_input, // nil when SQL NULL (only root single steps get it); then loadFlowInput is used
-//		loadFlowInput: func(ctx context.Context) (json.RawMessage, error) { /* select input from pgflow.runs where run_id = $1 */ },
-//		logger:        taskLogger, // nil means discard
-//	}
-//	out, err := def.run(ctx, env)
-//
-//   - ctx is handed to the handler unchanged: cancel it when the worker shuts down.
-//   - err == nil: call pgflow.complete_task with output out. out is the json.Marshal of the handler result and is
-//     never nil (a nil result is the JSON null; 0, false and "" are kept as such).
-//   - err != nil: call pgflow.fail_task with error_message err.Error(). run recovers handler panics and returns
-//     them as *PanicError (Stack holds the goroutine stack for the log); it never panics itself. Errors also
-//     come from decoding the map element or encoding the result; they name the step.
-//   - run may be called concurrently for different envs; an env belongs to one call.
-//   - loadFlowInput is called at most once per successful load per task (results are cached in the Task; a
-//     failed load is retried on the next FlowInput call); the worker may share a per-run cache behind it.
-
 import (
 	"context"
 	"encoding/json"
@@ -43,16 +8,9 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
-)
 
-// taskEnv is what the worker hands to a step's runner for one claimed task (see the contract above).
-type taskEnv struct {
-	meta          TaskMeta
-	input         json.RawMessage // start_tasks input: {} (root step), the deps object (dependent step) or the map element
-	flowInput     json.RawMessage // the run input when start_tasks provides it (root single steps), else nil
-	loadFlowInput func(ctx context.Context) (json.RawMessage, error)
-	logger        *slog.Logger
-}
+	"github.com/pgflow-go/pgflow/internal/taskrun"
+)
 
 // ErrDependencySkipped is wrapped by StepHandle.Output when the dependency was skipped (its condition was not
 // met, or its tasks exhausted their attempts with WhenExhausted(Skip)), so it has no output. The error message
@@ -74,6 +32,12 @@ type PanicError struct {
 func (e *PanicError) Error() string {
 	return fmt.Sprintf("panic in handler of step %q (task %d): %v", e.Step, e.TaskIndex, e.Value)
 }
+
+// PanicValue returns the value passed to panic.
+func (e *PanicError) PanicValue() any { return e.Value }
+
+// PanicStack returns the stack of the panicking goroutine.
+func (e *PanicError) PanicStack() []byte { return e.Stack }
 
 // Unwrap returns the panic value when it is an error.
 func (e *PanicError) Unwrap() error {
@@ -114,7 +78,7 @@ func (t *Task[I]) Meta() TaskMeta {
 	if t.st == nil {
 		return t.TaskMeta
 	}
-	return t.st.env.meta
+	return TaskMeta(t.st.env.Meta)
 }
 
 func (t *Task[I]) state() *taskState { return t.st }
@@ -135,14 +99,14 @@ func (t *Task[I]) FlowInput(ctx context.Context) (I, error) {
 	if err := json.Unmarshal(raw, &in); err != nil {
 		// The run input never changes: retrying cannot help.
 		return zero, Permanent(fmt.Errorf("pgflow: flow %q, run %s, step %q: cannot decode the flow input into %T: %w",
-			t.st.step.flowSlug(), t.st.env.meta.RunID, t.st.step.slug, zero, err))
+			t.st.step.flowSlug(), t.st.env.Meta.RunID, t.st.step.slug, zero, err))
 	}
 	return in, nil
 }
 
 // taskState is the per-task state behind a Task: the env, the running step and lazily decoded inputs.
 type taskState struct {
-	env  *taskEnv
+	env  *taskrun.Env
 	step *stepDef
 
 	mu         sync.Mutex
@@ -152,12 +116,12 @@ type taskState struct {
 	depsErr    error
 }
 
-func newTask[I any](env *taskEnv, d *stepDef) *Task[I] {
-	logger := env.logger
+func newTask[I any](env *taskrun.Env, d *stepDef) *Task[I] {
+	logger := env.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Task[I]{TaskMeta: env.meta, Logger: logger, st: &taskState{env: env, step: d, flowInput: env.flowInput}}
+	return &Task[I]{TaskMeta: TaskMeta(env.Meta), Logger: logger, st: &taskState{env: env, step: d, flowInput: env.FlowInput}}
 }
 
 func (s *taskState) flowInputRaw(ctx context.Context) (json.RawMessage, error) {
@@ -166,12 +130,12 @@ func (s *taskState) flowInputRaw(ctx context.Context) (json.RawMessage, error) {
 	if s.flowInput != nil {
 		return s.flowInput, nil
 	}
-	if s.env.loadFlowInput == nil {
-		return nil, fmt.Errorf("pgflow: step %q: the flow input of run %s is not available", s.step.slug, s.env.meta.RunID)
+	if s.env.LoadFlowInput == nil {
+		return nil, fmt.Errorf("pgflow: step %q: the flow input of run %s is not available", s.step.slug, s.env.Meta.RunID)
 	}
-	raw, err := s.env.loadFlowInput(ctx)
+	raw, err := s.env.LoadFlowInput(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pgflow: step %q: loading the flow input of run %s: %w", s.step.slug, s.env.meta.RunID, err)
+		return nil, fmt.Errorf("pgflow: step %q: loading the flow input of run %s: %w", s.step.slug, s.env.Meta.RunID, err)
 	}
 	if raw == nil {
 		raw = json.RawMessage("null")
@@ -186,10 +150,10 @@ func (s *taskState) depOutput(slug string) (json.RawMessage, bool, error) {
 	defer s.mu.Unlock()
 	if !s.depsParsed {
 		s.depsParsed = true
-		if len(s.env.input) > 0 && string(s.env.input) != "null" {
-			if err := json.Unmarshal(s.env.input, &s.deps); err != nil {
+		if len(s.env.Input) > 0 && string(s.env.Input) != "null" {
+			if err := json.Unmarshal(s.env.Input, &s.deps); err != nil {
 				s.depsErr = Permanent(fmt.Errorf("pgflow: flow %q, run %s, step %q: the task input is not an object of dependency outputs: %w",
-					s.step.flowSlug(), s.env.meta.RunID, s.step.slug, err))
+					s.step.flowSlug(), s.env.Meta.RunID, s.step.slug, err))
 			}
 		}
 	}
@@ -201,9 +165,9 @@ func (s *taskState) depOutput(slug string) (json.RawMessage, bool, error) {
 }
 
 // recoverHandlerPanic is deferred by every runner: it turns a handler panic into a *PanicError result.
-func recoverHandlerPanic(d *stepDef, env *taskEnv, out *json.RawMessage, err *error) {
+func recoverHandlerPanic(d *stepDef, env *taskrun.Env, out *json.RawMessage, err *error) {
 	if r := recover(); r != nil {
 		*out = nil
-		*err = &PanicError{Step: d.slug, TaskIndex: env.meta.TaskIndex, Value: r, Stack: debug.Stack()}
+		*err = &PanicError{Step: d.slug, TaskIndex: env.Meta.TaskIndex, Value: r, Stack: debug.Stack()}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/pgflow-go/pgflow/internal/taskrun"
 	"github.com/stretchr/testify/require"
 )
 
@@ -39,8 +40,8 @@ func frozenStep(t *testing.T, f AnyFlow, slug string) *stepDef {
 	return nil
 }
 
-func meta(step string, index int) TaskMeta {
-	return TaskMeta{
+func meta(step string, index int) taskrun.Meta {
+	return taskrun.Meta{
 		RunID: "0f8fad5b-d9cb-469f-a165-70867728950e", FlowSlug: "runner_flow", StepSlug: step, TaskIndex: index,
 		Attempt: 2, MessageID: 9007199254740993, WorkerID: "7c9e6679-7425-40de-944b-e07fc1f90ae7", QueueName: "runner_flow",
 	}
@@ -68,14 +69,14 @@ func TestRunRootStepReadsFlowInputAndMeta(t *testing.T) {
 
 	var logBuf bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logBuf, nil))
-	env := &taskEnv{
-		meta:      meta("fetch", 0),
-		input:     json.RawMessage(`{}`),
-		flowInput: json.RawMessage(`{"url":"https://x","limit":3}`),
-		loadFlowInput: func(context.Context) (json.RawMessage, error) {
+	env := &taskrun.Env{
+		Meta:      meta("fetch", 0),
+		Input:     json.RawMessage(`{}`),
+		FlowInput: json.RawMessage(`{"url":"https://x","limit":3}`),
+		LoadFlowInput: func(context.Context) (json.RawMessage, error) {
 			return nil, errors.New("must not be called: flow input was provided")
 		},
-		logger: logger,
+		Logger: logger,
 	}
 	ctx := context.WithValue(context.Background(), ctxKey{}, "marker")
 	out, err := d.run(ctx, env)
@@ -112,10 +113,10 @@ func TestRunLazyFlowInput(t *testing.T) {
 	d := frozenStep(t, f, "dep")
 
 	var loads atomic.Int32
-	env := &taskEnv{
-		meta:  meta("dep", 0),
-		input: json.RawMessage(`{"root":1}`),
-		loadFlowInput: func(context.Context) (json.RawMessage, error) {
+	env := &taskrun.Env{
+		Meta:  meta("dep", 0),
+		Input: json.RawMessage(`{"root":1}`),
+		LoadFlowInput: func(context.Context) (json.RawMessage, error) {
 			if loads.Add(1) == 1 {
 				return nil, errors.New("db down")
 			}
@@ -128,7 +129,7 @@ func TestRunLazyFlowInput(t *testing.T) {
 	require.Equal(t, int32(2), loads.Load())
 
 	// Without loader and without flow input the error names the step and the run.
-	env2 := &taskEnv{meta: meta("dep", 0), input: json.RawMessage(`{"root":1}`)}
+	env2 := &taskrun.Env{Meta: meta("dep", 0), Input: json.RawMessage(`{"root":1}`)}
 	_, err = d.run(context.Background(), env2)
 	require.ErrorContains(t, err, `step "dep": the flow input of run 0f8fad5b-d9cb-469f-a165-70867728950e is not available`)
 }
@@ -141,7 +142,7 @@ func TestRunFlowInputDecodeError(t *testing.T) {
 		return 0, err
 	})
 	d := frozenStep(t, f, "root")
-	_, err := d.run(context.Background(), &taskEnv{meta: meta("root", 0), input: json.RawMessage(`{}`), flowInput: json.RawMessage(`[1,2]`)})
+	_, err := d.run(context.Background(), &taskrun.Env{Meta: meta("root", 0), Input: json.RawMessage(`{}`), FlowInput: json.RawMessage(`[1,2]`)})
 	require.ErrorContains(t, err, `pgflow: flow "runner_flow", run 0f8fad5b-d9cb-469f-a165-70867728950e, step "root": cannot decode the flow input into pgflow.runInput`)
 	require.ErrorIs(t, err, ErrPermanent, "an input that cannot be decoded is not retried")
 }
@@ -188,7 +189,7 @@ func TestRunDependencyOutputs(t *testing.T) {
 	d := frozenStep(t, f, "join")
 
 	// "maybe" was skipped: its key is absent. count's output 0 must stay 0.
-	out, err := d.run(context.Background(), &taskEnv{meta: meta("join", 0), input: json.RawMessage(`{"fetch":{"ok":true,"items":["a","b"]},"count":0}`)})
+	out, err := d.run(context.Background(), &taskrun.Env{Meta: meta("join", 0), Input: json.RawMessage(`{"fetch":{"ok":true,"items":["a","b"]},"count":0}`)})
 	require.NoError(t, err)
 	var r result
 	require.NoError(t, json.Unmarshal(out, &r))
@@ -199,7 +200,7 @@ func TestRunDependencyOutputs(t *testing.T) {
 	require.Equal(t, `pgflow: flow "runner_flow", step "join" reads the output of step "unrelated", which is not among its dependencies: not a dependency of this step`, r.NotDepErr)
 
 	// A JSON null output is not "skipped": it decodes to the zero value.
-	out, err = d.run(context.Background(), &taskEnv{meta: meta("join", 0), input: json.RawMessage(`{"fetch":{"ok":false,"items":null},"count":7,"maybe":null}`)})
+	out, err = d.run(context.Background(), &taskrun.Env{Meta: meta("join", 0), Input: json.RawMessage(`{"fetch":{"ok":false,"items":null},"count":7,"maybe":null}`)})
 	require.Error(t, err) // maybe present → the handler's "expected ErrDependencySkipped" path
 	require.Nil(t, out)
 	require.Contains(t, err.Error(), "expected ErrDependencySkipped, got <nil>")
@@ -219,17 +220,17 @@ func TestRunDependencyDecodeErrors(t *testing.T) {
 	Step(f, "use", func(_ context.Context, tk *Task[runInput]) (int, error) { return count.Output(tk) }, DependsOn(count))
 	d := frozenStep(t, f, "use")
 
-	_, err := d.run(context.Background(), &taskEnv{meta: meta("use", 0), input: json.RawMessage(`{"count":"seven"}`)})
+	_, err := d.run(context.Background(), &taskrun.Env{Meta: meta("use", 0), Input: json.RawMessage(`{"count":"seven"}`)})
 	require.ErrorContains(t, err, `pgflow: flow "runner_flow", run 0f8fad5b-d9cb-469f-a165-70867728950e, step "use": cannot decode the output of dependency "count" into int`)
 	require.ErrorIs(t, err, ErrPermanent)
 
-	_, err = d.run(context.Background(), &taskEnv{meta: meta("use", 0), input: json.RawMessage(`[1]`)})
+	_, err = d.run(context.Background(), &taskrun.Env{Meta: meta("use", 0), Input: json.RawMessage(`[1]`)})
 	require.ErrorContains(t, err, `pgflow: flow "runner_flow", run 0f8fad5b-d9cb-469f-a165-70867728950e, step "use": the task input is not an object of dependency outputs`)
 	require.ErrorIs(t, err, ErrPermanent)
 
 	// A zero handle and a task outside a run are reported, not panicking.
 	var zero StepHandle[int]
-	_, err = zero.Output(&Task[runInput]{st: &taskState{env: &taskEnv{}}})
+	_, err = zero.Output(&Task[runInput]{st: &taskState{env: &taskrun.Env{}}})
 	require.ErrorIs(t, err, ErrNotDependency)
 	zeroTask := &Task[runInput]{TaskMeta: TaskMeta{StepSlug: "x"}}
 	_, err = count.Output(zeroTask)
@@ -258,7 +259,7 @@ func TestRunKeepsFalsyOutputs(t *testing.T) {
 	}
 	for slug, w := range want {
 		d := frozenStep(t, f, slug)
-		out, err := d.run(context.Background(), &taskEnv{meta: meta(slug, 0), input: json.RawMessage(`{}`), flowInput: json.RawMessage(`{}`)})
+		out, err := d.run(context.Background(), &taskrun.Env{Meta: meta(slug, 0), Input: json.RawMessage(`{}`), FlowInput: json.RawMessage(`{}`)})
 		require.NoError(t, err, slug)
 		require.Equal(t, w, string(out), slug)
 	}
@@ -273,8 +274,8 @@ func TestRunHandlerErrorsAndPanics(t *testing.T) {
 	Step(f, "panics", func(context.Context, *Task[runInput]) (int, error) { panic("index out of range [3]") })
 	Step(f, "panics_err", func(context.Context, *Task[runInput]) (int, error) { panic(errInPanic) })
 	Step(f, "bad_output", func(context.Context, *Task[runInput]) (chan int, error) { return make(chan int), nil })
-	env := func(step string) *taskEnv {
-		return &taskEnv{meta: meta(step, 0), input: json.RawMessage(`{}`), flowInput: json.RawMessage(`{}`)}
+	env := func(step string) *taskrun.Env {
+		return &taskrun.Env{Meta: meta(step, 0), Input: json.RawMessage(`{}`), FlowInput: json.RawMessage(`{}`)}
 	}
 
 	out, err := frozenStep(t, f, "fails").run(context.Background(), env("fails"))
@@ -324,16 +325,16 @@ func TestRunMapSteps(t *testing.T) {
 	require.Equal(t, stepTypeMap, d.stepType)
 	require.Equal(t, []string{"list"}, d.depSlugs())
 
-	env := &taskEnv{
-		meta:          meta("price", 3),
-		input:         json.RawMessage(`{"sku":"A-1","qty":4}`),
-		loadFlowInput: func(context.Context) (json.RawMessage, error) { return json.RawMessage(`{"limit":10}`), nil },
+	env := &taskrun.Env{
+		Meta:          meta("price", 3),
+		Input:         json.RawMessage(`{"sku":"A-1","qty":4}`),
+		LoadFlowInput: func(context.Context) (json.RawMessage, error) { return json.RawMessage(`{"limit":10}`), nil },
 	}
 	out, err := d.run(context.Background(), env)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"sku":"A-1","total":40,"index":3}`, string(out))
 
-	_, err = d.run(context.Background(), &taskEnv{meta: meta("price", 5), input: json.RawMessage(`"not an item"`)})
+	_, err = d.run(context.Background(), &taskrun.Env{Meta: meta("price", 5), Input: json.RawMessage(`"not an item"`)})
 	require.ErrorContains(t, err, `step "price" task 5: cannot decode the map element into pgflow.item`)
 	require.ErrorIs(t, err, ErrPermanent)
 
@@ -342,7 +343,7 @@ func TestRunMapSteps(t *testing.T) {
 	MapInput(g, "double", func(_ context.Context, tk *Task[[]int], n int) (int, error) { return 2 * n, nil })
 	rd := frozenStep(t, g, "double")
 	for _, tc := range []struct{ in, want string }{{`21`, `42`}, {`0`, `0`}, {`null`, `0`}, {``, `0`}} {
-		out, err := rd.run(context.Background(), &taskEnv{meta: meta("double", 0), input: json.RawMessage(tc.in)})
+		out, err := rd.run(context.Background(), &taskrun.Env{Meta: meta("double", 0), Input: json.RawMessage(tc.in)})
 		require.NoError(t, err, tc.in)
 		require.Equal(t, tc.want, string(out), tc.in)
 	}
@@ -386,10 +387,10 @@ func TestRunConcurrentOutputReads(t *testing.T) {
 	}, DependsOn(a, b))
 	d := frozenStep(t, f, "c")
 	var loads atomic.Int32
-	out, err := d.run(context.Background(), &taskEnv{
-		meta:  meta("c", 0),
-		input: json.RawMessage(`{"a":5,"b":"xyz"}`),
-		loadFlowInput: func(context.Context) (json.RawMessage, error) {
+	out, err := d.run(context.Background(), &taskrun.Env{
+		Meta:  meta("c", 0),
+		Input: json.RawMessage(`{"a":5,"b":"xyz"}`),
+		LoadFlowInput: func(context.Context) (json.RawMessage, error) {
 			loads.Add(1)
 			return json.RawMessage(`{"limit":2}`), nil
 		},

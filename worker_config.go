@@ -6,16 +6,19 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"os"
 	"regexp"
 	"strings"
 	"time"
 )
 
-// WorkerConfig configures a Worker. The zero value of every field means its documented default; negative values
-// are rejected (except MaintenanceInterval, where a negative value disables maintenance). NewWorker validates
-// the configuration and names any bad field and value in its error.
+// WorkerConfig configures a Worker. Flows is required; the zero value of every other field means its documented
+// default, and negative values are rejected (except MaintenanceInterval, where a negative value disables
+// maintenance). NewWorker validates the configuration and names any bad field and value in its error.
 type WorkerConfig struct {
+	// Flows are the flows the worker serves (at least one; each slug once). All of them share MaxConcurrent
+	// handler slots, one LISTEN connection (the Client's), one heartbeat timer and one maintenance loop; each has
+	// its own worker row in pgflow.workers (its queue's).
+	Flows []WorkerFlow
 	// MaxConcurrent is the number of handlers that may run at once. Default 10.
 	MaxConcurrent int
 	// BatchSize is the largest number of messages read per poll; a poll never reads more messages than there are
@@ -55,11 +58,21 @@ type WorkerConfig struct {
 	// pooler in transaction mode (notifications are not delivered there; without PollOnly such a worker still
 	// works, reading every 2 s) or when the extra connection is not affordable. See docs/performance.md.
 	PollOnly bool
-	// Logger receives the worker's logs. Default: warnings and errors as text on stderr.
+	// Logger receives the worker's logs: one line when it starts and stops, warnings and errors as they happen,
+	// per-task detail at debug level. Default: slog.Default().
 	Logger *slog.Logger
 	// Hooks observes polls, claimed tasks, handler runs and task outcomes, e.g. for metrics and traces
 	// (packages pgflowprom and pgflowotel); MultiHooks combines several. Default: none.
 	Hooks Hooks
+}
+
+// WorkerFlow is one flow a Worker serves.
+type WorkerFlow struct {
+	// Flow is the flow; create it with NewFlow.
+	Flow AnyFlow
+	// MaxConcurrent, when positive and smaller than WorkerConfig.MaxConcurrent, is this flow's share of the
+	// worker's handler slots: at most this many of its tasks run at once. 0: no limit of its own.
+	MaxConcurrent int
 }
 
 // Defaults of WorkerConfig.
@@ -153,7 +166,24 @@ func (c WorkerConfig) resolve() (resolvedConfig, error) {
 		r.WorkerID = strings.ToLower(r.WorkerID)
 	}
 	if r.Logger == nil {
-		r.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		r.Logger = slog.Default()
+	}
+	if len(r.Flows) == 0 {
+		bad("Flows", "[]", "give at least one flow, e.g. []pgflow.WorkerFlow{{Flow: myFlow}}")
+	}
+	seen := map[string]bool{}
+	for i, f := range r.Flows {
+		core := flowCoreOf(f.Flow)
+		switch {
+		case core == nil:
+			bad(fmt.Sprintf("Flows[%d].Flow", i), "nil", "create flows with NewFlow")
+			continue
+		case seen[strings.ToLower(core.slug)]:
+			bad(fmt.Sprintf("Flows[%d].Flow", i), fmt.Sprintf("%q", core.slug), "is listed more than once")
+		case f.MaxConcurrent < 0:
+			bad(fmt.Sprintf("Flows[%d].MaxConcurrent", i), f.MaxConcurrent, "must be >= 0 (0 means no limit of its own)")
+		}
+		seen[strings.ToLower(core.slug)] = true
 	}
 	if len(errs) > 0 {
 		return resolvedConfig{}, errors.Join(errs...)

@@ -62,6 +62,36 @@ func testConfig(t *testing.T) (WorkerConfig, *logBuffer) {
 	}, lb
 }
 
+// newClient returns a client of pool for the test (cfg may be nil), closed when the test ends.
+func newClient(t testing.TB, pool *pgxpool.Pool, cfg *ClientConfig) *Client {
+	t.Helper()
+	c, err := NewClient(pool, cfg)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
+
+// newWorkerFor builds a worker serving flow (first) and cfg.Flows on a client of its own.
+func newWorkerFor(t testing.TB, pool *pgxpool.Pool, flow AnyFlow, cfg WorkerConfig) (*Worker, error) {
+	t.Helper()
+	if pool == nil {
+		return NewWorker(nil, &cfg)
+	}
+	c := newClient(t, pool, &ClientConfig{Logger: cfg.Logger})
+	cfg.Flows = append([]WorkerFlow{{Flow: flow}}, cfg.Flows...)
+	return NewWorker(c, &cfg)
+}
+
+// forgetStep makes a worker run code that lacks a step of its (compiled) flow, as a worker running an older build
+// of the flow would.
+func forgetStep(slug string) func(*Worker) {
+	return func(w *Worker) {
+		for _, f := range w.flows {
+			delete(f.def.Steps, slug)
+		}
+	}
+}
+
 // runningWorker is a worker whose Run runs in a goroutine of the test.
 type runningWorker struct {
 	w      *Worker
@@ -86,9 +116,9 @@ func startWorker(t *testing.T, pool *pgxpool.Pool, flow AnyFlow, cfg WorkerConfi
 // launchWorker is startWorker without waiting for registration.
 func launchWorker(t *testing.T, pool *pgxpool.Pool, flow AnyFlow, cfg WorkerConfig, mods ...func(*Worker)) *runningWorker {
 	t.Helper()
-	w, err := NewWorker(pool, flow, cfg)
+	w, err := newWorkerFor(t, pool, flow, cfg)
 	require.NoError(t, err)
-	w.hooks.retry = backoff.Policy{Base: 10 * time.Millisecond, Max: 200 * time.Millisecond}
+	w.retry = backoff.Policy{Base: 10 * time.Millisecond, Max: 200 * time.Millisecond}
 	for _, m := range mods {
 		m(w)
 	}

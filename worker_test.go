@@ -2,18 +2,14 @@ package pgflow
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -428,16 +424,15 @@ func TestWorkerShutdownMidTaskFinishesAndReports(t *testing.T) {
 	})
 	cfg, _ := testConfig(t)
 	cfg.MaxConcurrent = 1
-	shutdownBegun := make(chan struct{})
-	rw := startWorker(t, db.Pool, f, cfg, func(w *Worker) {
-		w.hooks.shutdownBegun = func() { close(shutdownBegun) }
-	})
+	var logs *logBuffer
+	cfg.Logger, logs = newTestLogger(t)
+	rw := startWorker(t, db.Pool, f, cfg)
 	first := startRun(t, db.Pool, "graceful", 1)
 	<-started
 	second := startRun(t, db.Pool, "graceful", 2) // no free slot: stays queued
 
 	rw.cancel()
-	waitClosed(t, "shutdown to begin", shutdownBegun)
+	waitFor(t, "shutdown to begin", func() bool { return strings.Contains(logs.String(), "stopped reading messages") })
 	close(release)
 	require.NoError(t, rw.wait(t))
 
@@ -514,12 +509,17 @@ func TestWorkerAbandonsHandlersThatIgnoreCancellation(t *testing.T) {
 	})
 	t.Cleanup(func() { close(release) })
 	cfg, logs := testConfig(t)
-	cfg.ShutdownTimeout = 100 * time.Millisecond
-	rw := startWorker(t, db.Pool, f, cfg, func(w *Worker) { w.hooks.abandonGrace = 100 * time.Millisecond })
+	rw := startWorker(t, db.Pool, f, cfg)
 	runID := startRun(t, db.Pool, "abandon", 1)
 	waitClosed(t, "handler start", started)
+	// A Stop whose context ends gives up on the handler at once (instead of ShutdownTimeout + the grace period).
+	stopCtx, cancelStop := context.WithCancel(context.Background())
+	stopErr := make(chan error, 1)
+	go func() { stopErr <- rw.w.Stop(stopCtx) }()
+	waitFor(t, "shutdown to begin", func() bool { return strings.Contains(logs.String(), "stopped reading messages") })
+	cancelStop()
+	require.ErrorIs(t, <-stopErr, context.Canceled)
 	require.NoError(t, rw.stop(t))
-	require.Contains(t, logs.String(), "handlers ignored the cancellation")
 	_, stopped := workerRow(t, db.Pool, rw.w.ID())
 	require.True(t, stopped)
 	tk := taskRow(t, db.Pool, runID, "deaf", 0)
@@ -555,7 +555,7 @@ func TestWorkerShapeMismatchInProduction(t *testing.T) {
 
 	v2 := shapeFlow("shapes", "a", "c")
 	cfg, _ := testConfig(t)
-	w, err := NewWorker(db.Pool, v2, cfg)
+	w, err := newWorkerFor(t, db.Pool, v2, cfg)
 	require.NoError(t, err)
 	err = w.Run(context.Background())
 	require.ErrorIs(t, err, ErrShapeMismatch)
@@ -690,15 +690,14 @@ func TestWorkerDeprecationStopsWorker(t *testing.T) {
 	cfg, _ := testConfig(t)
 	cfg.HeartbeatInterval = 50 * time.Millisecond
 	cfg.MaxConcurrent = 1
-	shutdownBegun := make(chan struct{})
-	rw := startWorker(t, db.Pool, f, cfg, func(w *Worker) {
-		w.hooks.shutdownBegun = func() { close(shutdownBegun) }
-	})
+	var logs *logBuffer
+	cfg.Logger, logs = newTestLogger(t)
+	rw := startWorker(t, db.Pool, f, cfg)
 	runID := startRun(t, db.Pool, "deprecate", 1)
 	waitClosed(t, "handler start", started)
 	_, err := db.Pool.Exec(context.Background(), `update pgflow.workers set deprecated_at = now() where worker_id = $1`, rw.w.ID())
 	require.NoError(t, err)
-	waitClosed(t, "shutdown after deprecation", shutdownBegun)
+	waitFor(t, "shutdown after deprecation", func() bool { return strings.Contains(logs.String(), "stopped reading messages") })
 	close(release)
 	require.NoError(t, rw.wait(t), "Run returns on its own after deprecation")
 	require.Equal(t, "completed", waitRun(t, db.Pool, runID).Status, "the in-flight task finished and was reported")
@@ -801,7 +800,7 @@ func TestWorkerMaintenanceRequeuesStalledTask(t *testing.T) {
 	msgs, err := sqlapi.ReadWithPoll(ctx, db.Pool, "stalled", 5, 1, 1, 10)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
-	claimed, err := sqlapi.StartTasks(ctx, db.Pool, "stalled", []int64{msgs[0].ID}, ghost)
+	claimed, err := sqlapi.StartTasks(ctx, db.Pool, "stalled", "stalled", []int64{msgs[0].ID}, ghost)
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	_, err = db.Pool.Exec(ctx, `update pgflow.step_tasks
@@ -825,9 +824,9 @@ func TestWorkerFailsTasksOfUnknownSteps(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	compileFlow(t, db.Pool, shapeFlow("partial", "a", "b"))
-	partial := shapeFlow("partial", "a") // this code knows only step a
+	partial := shapeFlow("partial", "a", "b")
 	cfg, _ := testConfig(t)
-	startWorker(t, db.Pool, partial, cfg, func(w *Worker) { w.hooks.skipCompile = true })
+	startWorker(t, db.Pool, partial, cfg, forgetStep("b")) // this worker runs code that knows only step a
 	runID := startRun(t, db.Pool, "partial", 1)
 	require.Equal(t, "failed", waitRun(t, db.Pool, runID).Status)
 	tk := taskRow(t, db.Pool, runID, "b", 0)
@@ -932,7 +931,7 @@ func TestWorkerStartupFailsWithoutSchema(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewWithPGMQ(t)
 	cfg, _ := testConfig(t)
-	w, err := NewWorker(db.Pool, shapeFlow("no_schema", "a"), cfg)
+	w, err := newWorkerFor(t, db.Pool, shapeFlow("no_schema", "a"), cfg)
 	require.NoError(t, err)
 	err = w.Run(context.Background())
 	require.Error(t, err)
@@ -1024,24 +1023,24 @@ func TestWorkerConfigValidationNamesFieldAndValue(t *testing.T) {
 func TestNewWorkerErrors(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewEmpty(t)
-	_, err := NewWorker(nil, shapeFlow("f", "a"), WorkerConfig{})
+	_, err := newWorkerFor(t, nil, shapeFlow("f", "a"), WorkerConfig{})
 	require.ErrorContains(t, err, "pool is nil")
-	_, err = NewWorker(db.Pool, nil, WorkerConfig{})
+	_, err = newWorkerFor(t, db.Pool, nil, WorkerConfig{})
 	require.ErrorContains(t, err, "flow is nil")
 	var nilFlow *Flow[int]
-	_, err = NewWorker(db.Pool, nilFlow, WorkerConfig{})
+	_, err = newWorkerFor(t, db.Pool, nilFlow, WorkerConfig{})
 	require.ErrorContains(t, err, "flow is nil")
-	_, err = NewWorker(db.Pool, shapeFlow("f", "a"), WorkerConfig{BatchSize: -1})
+	_, err = newWorkerFor(t, db.Pool, shapeFlow("f", "a"), WorkerConfig{BatchSize: -1})
 	require.ErrorContains(t, err, "BatchSize = -1")
 
 	bad := shapeFlow("broken", "a", "a")
-	_, err = NewWorker(db.Pool, bad, WorkerConfig{})
+	_, err = newWorkerFor(t, db.Pool, bad, WorkerConfig{})
 	require.ErrorIs(t, err, ErrDuplicateStep)
 	require.ErrorContains(t, err, `flow "broken"`)
 
 	// NewWorker freezes the flow: a step added later is a definition error.
 	f := shapeFlow("frozen_by_worker", "a")
-	w, err := NewWorker(db.Pool, f, WorkerConfig{WorkerID: "7c9e6679-7425-40de-944b-e07fc1f90ae7"})
+	w, err := newWorkerFor(t, db.Pool, f, WorkerConfig{WorkerID: "7c9e6679-7425-40de-944b-e07fc1f90ae7"})
 	require.NoError(t, err)
 	require.Equal(t, "7c9e6679-7425-40de-944b-e07fc1f90ae7", w.ID())
 	Step(f, "late", func(ctx context.Context, tk *Task[int]) (int, error) { return 0, nil })
@@ -1057,111 +1056,6 @@ func TestShapeMismatchErrorMessage(t *testing.T) {
 	require.Contains(t, msg, "(2 differences)")
 	require.Contains(t, msg, "\n  - Step count differs: 2 vs 1\n  - Step at index 1: missing\n")
 	require.Contains(t, (&ShapeMismatchError{Flow: "x", Differences: []string{"d"}}).Error(), "(1 difference)")
-}
-
-func TestCleanErrorMessage(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, `a\x00b`, cleanErrorMessage("a\x00b"))
-	require.Equal(t, "bad \uFFFD byte", cleanErrorMessage("bad \xff byte"))
-	require.Equal(t, "handler failed without an error message", cleanErrorMessage(""))
-	long := strings.Repeat("é", maxErrorMessageLen)
-	got := cleanErrorMessage(long)
-	require.True(t, strings.HasSuffix(got, " … (truncated)"))
-	require.LessOrEqual(t, len(got), maxErrorMessageLen+len(" … (truncated)"))
-	require.True(t, utf8.ValidString(got))
-}
-
-func TestRunInputCacheSharesLoadsAndIsBounded(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	c := newRunInputCache(3)
-	var loads atomic.Int32
-	gate := make(chan struct{})
-	load := func(ctx context.Context) (json.RawMessage, error) {
-		loads.Add(1)
-		<-gate
-		return json.RawMessage(`{"x":1}`), nil
-	}
-	var wg sync.WaitGroup
-	results := make([]string, 8)
-	for i := range results {
-		wg.Go(func() {
-			raw, err := c.get(ctx, "run-1", load)
-			require.NoError(t, err)
-			results[i] = string(raw)
-		})
-	}
-	waitFor(t, "the first load to start", func() bool { return loads.Load() == 1 })
-	close(gate)
-	wg.Wait()
-	require.EqualValues(t, 1, loads.Load(), "concurrent requests for one run share one load")
-	for _, r := range results {
-		require.Equal(t, `{"x":1}`, r)
-	}
-
-	// A failed load is not cached.
-	failing := func(ctx context.Context) (json.RawMessage, error) { return nil, errors.New("db down") }
-	_, err := c.get(ctx, "run-2", failing)
-	require.ErrorContains(t, err, "db down")
-	raw, err := c.get(ctx, "run-2", func(ctx context.Context) (json.RawMessage, error) { return json.RawMessage(`2`), nil })
-	require.NoError(t, err)
-	require.Equal(t, `2`, string(raw))
-
-	// Inputs delivered with tasks are cached too, and the cache never grows beyond its size (LRU).
-	c.put("run-3", json.RawMessage(`3`))
-	_, _ = c.get(ctx, "run-1", load) // run-1 is now the most recently used
-	c.put("run-4", json.RawMessage(`4`))
-	require.Equal(t, 3, c.len())
-	raw, err = c.get(ctx, "run-1", func(ctx context.Context) (json.RawMessage, error) {
-		return nil, errors.New("run-1 was evicted, but it was the most recently used")
-	})
-	require.NoError(t, err)
-	require.Equal(t, `{"x":1}`, string(raw))
-	reloaded := false
-	_, err = c.get(ctx, "run-2", func(ctx context.Context) (json.RawMessage, error) {
-		reloaded = true
-		return json.RawMessage(`2`), nil
-	})
-	require.NoError(t, err)
-	require.True(t, reloaded, "the least recently used run was evicted")
-	require.Equal(t, 3, c.len())
-}
-
-func TestRunWorkerStopsOnSIGTERM(t *testing.T) {
-	// Not parallel: it sends a signal to the test process (RunWorker has a handler installed while it runs).
-	db := pgtest.New(t)
-	f := NewFlow[int]("sigterm")
-	started := make(chan struct{})
-	release := make(chan struct{})
-	Step(f, "job", func(ctx context.Context, tk *Task[int]) (int, error) {
-		close(started)
-		<-release
-		return 1, nil
-	})
-	cfg, logs := testConfig(t)
-	cfg.WorkerID = newUUID()
-	done := make(chan error, 1)
-	go func() { done <- RunWorker(context.Background(), db.Pool, f, cfg) }()
-	waitFor(t, "worker registered", func() bool {
-		exists, _ := workerRow(t, db.Pool, cfg.WorkerID)
-		return exists
-	})
-	runID := startRun(t, db.Pool, "sigterm", 1)
-	waitClosed(t, "handler start", started)
-	self, err := os.FindProcess(os.Getpid())
-	require.NoError(t, err)
-	require.NoError(t, self.Signal(syscall.SIGTERM))
-	waitFor(t, "shutdown to begin", func() bool { return strings.Contains(logs.String(), "worker shutting down") })
-	close(release)
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(waitTimeout):
-		t.Fatal("RunWorker did not return after SIGTERM")
-	}
-	require.Equal(t, "completed", waitRun(t, db.Pool, runID).Status)
-	_, stopped := workerRow(t, db.Pool, cfg.WorkerID)
-	require.True(t, stopped)
 }
 
 // The worker and the client classify database errors alike (internal/pgerr): before, 57014, 55P03 and XX000

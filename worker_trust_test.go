@@ -9,16 +9,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pgflow-go/pgflow/internal/backoff"
 	"github.com/pgflow-go/pgflow/internal/pgtest"
 )
 
@@ -47,7 +44,7 @@ type staleScenario struct {
 	release [3]chan struct{}
 }
 
-func newStaleScenario(t *testing.T, slug string, firstErr error, opts ...Option) *staleScenario {
+func newStaleScenario(t *testing.T, slug string, firstErr error, opts ...StepOption) *staleScenario {
 	t.Helper()
 	s := &staleScenario{db: pgtest.New(t), hooks: &recordingHooks{}}
 	for i := range s.started {
@@ -245,7 +242,7 @@ func TestWorkerPermanentErrorsAreNotRetried(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	f := NewFlow[permInput]("permanent")
-	opts := []Option{MaxAttempts(3), BaseDelay(time.Second), WhenExhausted(Skip)}
+	opts := []StepOption{MaxAttempts(3), BaseDelay(time.Second), WhenExhausted(Skip)}
 	declined := Step(f, "declined", func(ctx context.Context, tk *Task[permInput]) (int, error) {
 		return 0, fmt.Errorf("charge: %w", Permanent(fmt.Errorf("order 7: %w", errCardDeclined)))
 	}, opts...)
@@ -288,11 +285,11 @@ func TestPermanentWrapsForErrorsIsAndAs(t *testing.T) {
 	require.NotErrorIs(t, errCardDeclined, ErrPermanent)
 }
 
-// A second SIGINT/SIGTERM during a graceful shutdown stops the worker at once: Run returns while the handler
-// (which ignores its context) still runs, and its task is back in the queue with its attempt unspent. The first
-// signal's log line says a second one does this. Before, the second signal did nothing: the worker waited
-// ShutdownTimeout plus the abandon grace and left the task started.
-func TestRunWorkerSecondSignalStopsAtOnce(t *testing.T) {
+// A graceful Stop whose context ends (what a second SIGINT/SIGTERM does in the CLI and the examples) stops the
+// worker at once: Stop returns while the handler (which ignores its context) still runs, and its task is back in
+// the queue with its attempt unspent. Before, a second signal did nothing: the worker waited ShutdownTimeout plus
+// the abandon grace and spent the attempt.
+func TestStopWhoseContextEndsStopsAtOnce(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	f := NewFlow[int]("second_signal")
@@ -306,35 +303,25 @@ func TestRunWorkerSecondSignalStopsAtOnce(t *testing.T) {
 	}, MaxAttempts(1))
 	cfg, logs := testConfig(t)
 	cfg.ShutdownTimeout = time.Hour
-	w, err := NewWorker(db.Pool, f, cfg)
-	require.NoError(t, err)
-	w.hooks.retry = backoff.Policy{Base: 10 * time.Millisecond, Max: 200 * time.Millisecond}
-	w.hooks.abandonGrace = time.Hour
-	sig := make(chan os.Signal, 2)
-	done := make(chan error, 1)
-	go func() { done <- w.runUntilSignalled(context.Background(), sig) }()
-	waitFor(t, "worker registered", func() bool {
-		exists, _ := workerRow(t, db.Pool, w.ID())
-		return exists
-	})
+	rw := startWorker(t, db.Pool, f, cfg)
 	runID := startRun(t, db.Pool, "second_signal", 1)
 	waitClosed(t, "handler start", started)
 
-	sig <- syscall.SIGTERM
+	stopCtx, secondSignal := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rw.w.Stop(stopCtx) }()
 	waitFor(t, "the graceful shutdown", func() bool { return strings.Contains(logs.String(), "worker shutting down") })
-	require.Contains(t, logs.String(), "received terminated: shutting down gracefully (handlers may run up to 1h0m0s); send terminated again to stop at once")
-	sig <- syscall.SIGINT
+	secondSignal()
 	select {
 	case err := <-done:
-		require.NoError(t, err)
+		require.ErrorIs(t, err, context.Canceled)
 	case <-time.After(waitTimeout):
-		t.Fatal("the second signal did not stop the worker")
+		t.Fatal("the ended context did not stop the worker")
 	}
-	require.Contains(t, logs.String(), "received interrupt again: stopping at once")
 	tk := taskRow(t, db.Pool, runID, "deaf", 0)
 	require.Equal(t, "queued", tk.Status)
 	require.Zero(t, tk.Attempts)
 	require.Equal(t, "started", waitRunStatus(t, db.Pool, runID))
-	_, stopped := workerRow(t, db.Pool, w.ID())
+	_, stopped := workerRow(t, db.Pool, rw.w.ID())
 	require.True(t, stopped)
 }

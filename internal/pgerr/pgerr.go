@@ -24,8 +24,11 @@ import (
 	"net"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgflow-go/pgflow/internal/backoff"
 )
 
 // Kind is what a caller should do about an error.
@@ -196,4 +199,22 @@ func Reason(err error) string {
 		return pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"
 	}
 	return err.Error()
+}
+
+// Retry calls fn until it returns nil or an error that is not Transient, waiting between calls per policy. When
+// ctx ends during a wait, fn is called once more (a last chance for a result that may still be recorded) and its
+// error, if any, is returned. onRetry, when not nil, is told about each transient failure before the wait.
+func Retry(ctx context.Context, policy backoff.Policy, onRetry func(n int, delay time.Duration, err error),
+	fn func(ctx context.Context) error) error {
+	for n := 1; ; n++ {
+		err := fn(ctx)
+		if err == nil || !Transient(err) || ctx.Err() != nil {
+			return err
+		}
+		delay := policy.Delay(n)
+		if onRetry != nil {
+			onRetry(n, delay, err)
+		}
+		_ = backoff.Sleep(ctx, delay)
+	}
 }

@@ -206,3 +206,35 @@ func GetFlowDefinition(ctx context.Context, db DBTX, flowSlug string) (*FlowDefi
 	}
 	return f, nil
 }
+
+// CompileResult is the result of pgflow.ensure_flow_compiled.
+type CompileResult struct {
+	Status      string   `json:"status"` // compiled | verified | recompiled | mismatch
+	Differences []string `json:"differences"`
+}
+
+// EnsureFlowCompiled calls pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss).
+func EnsureFlowCompiled(ctx context.Context, db DBTX, flowSlug string, shape json.RawMessage, allowDataLoss bool) (CompileResult, error) {
+	var raw []byte
+	err := db.QueryRow(ctx,
+		`select pgflow.ensure_flow_compiled(flow_slug => $1::text, shape => $2::jsonb, allow_data_loss => $3::boolean)`,
+		flowSlug, string(shape), allowDataLoss).Scan(&raw)
+	if err != nil {
+		return CompileResult{}, fmt.Errorf("pgflow.ensure_flow_compiled(flow %q): %w", flowSlug, err)
+	}
+	var res CompileResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return CompileResult{}, fmt.Errorf("pgflow.ensure_flow_compiled(flow %q) returned %s: %w", flowSlug, raw, err)
+	}
+	return res, nil
+}
+
+// FlowQueue returns the queue a worker of the flow polls: the flow's default route as the database defines it
+// (pgflow._default_queue_name), so Go never rebuilds a queue name from a slug.
+func FlowQueue(ctx context.Context, db DBTX, flowSlug string) (string, error) {
+	var q string
+	if err := db.QueryRow(ctx, `select pgflow._default_queue_name($1::text)`, flowSlug).Scan(&q); err != nil {
+		return "", fmt.Errorf("default queue of flow %q: %w", flowSlug, err)
+	}
+	return q, nil
+}

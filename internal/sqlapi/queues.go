@@ -59,3 +59,54 @@ func ListQueueMetrics(ctx context.Context, db DBTX) (map[string]QueueMetrics, er
 	}
 	return out, nil
 }
+
+// Message is a PGMQ message as far as the worker needs it.
+type Message struct {
+	ID        int64
+	ReadCount int
+}
+
+// ReadWithPoll calls pgmq.read_with_poll: it reads up to qty messages of queue, hiding them for vt seconds, and
+// waits up to maxPollSeconds (checking every pollIntervalMs) when none is visible.
+func ReadWithPoll(ctx context.Context, db DBTX, queue string, vt, qty, maxPollSeconds, pollIntervalMs int) ([]Message, error) {
+	rows, err := db.Query(ctx,
+		`select m.msg_id, m.read_ct
+		   from pgmq.read_with_poll(queue_name => $1::text, vt => $2::integer, qty => $3::integer,
+		                            max_poll_seconds => $4::integer, poll_interval_ms => $5::integer) as m`,
+		queue, vt, qty, maxPollSeconds, pollIntervalMs)
+	if err != nil {
+		return nil, fmt.Errorf("pgmq.read_with_poll(queue %q): %w", queue, err)
+	}
+	msgs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Message, error) {
+		var m Message
+		err := r.Scan(&m.ID, &m.ReadCount)
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgmq.read_with_poll(queue %q): %w", queue, err)
+	}
+	return msgs, nil
+}
+
+// Read calls pgmq.read: it reads up to qty visible messages of queue, hiding them for vt seconds, and never waits.
+func Read(ctx context.Context, db DBTX, queue string, vt, qty int) ([]Message, error) {
+	rows, err := db.Query(ctx,
+		`select m.msg_id, m.read_ct from pgmq.read(queue_name => $1::text, vt => $2::integer, qty => $3::integer) as m`,
+		queue, vt, qty)
+	if err != nil {
+		return nil, fmt.Errorf("pgmq.read(queue %q): %w", queue, err)
+	}
+	msgs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Message, error) {
+		var m Message
+		err := r.Scan(&m.ID, &m.ReadCount)
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgmq.read(queue %q): %w", queue, err)
+	}
+	return msgs, nil
+}
+
+// QueueChannel is the notification channel on which the schema (v0.18.0 and later) announces new visible
+// messages of a queue: pgflow.start_ready_steps notifies it once per transaction that sent undelayed messages.
+func QueueChannel(queue string) string { return "pgflow:queue:" + queue }

@@ -5,7 +5,12 @@
 package sqlapi
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -16,4 +21,64 @@ type DBTX interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Batcher sends several statements in one round trip; *pgxpool.Pool and *pgx.Conn implement it. The statements
+// of one batch run in one implicit transaction.
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// TxBeginner starts transactions; *pgxpool.Pool and *pgx.Conn implement it.
+type TxBeginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// ErrSchemaTooOld is wrapped by SchemaVersion's error when the database's pgflow schema is older than the Go code
+// needs (or missing).
+var ErrSchemaTooOld = errors.New("the pgflow schema is older than this pgflow-go")
+
+// MinSchemaVersion is the oldest schema version the Go code works with.
+const MinSchemaVersion = "0.20.0"
+
+// SchemaVersion returns the installed pgflow schema version (pgflow.schema_version(), since v0.20.0). A database
+// without that function, or with an older version, yields an error wrapping ErrSchemaTooOld that says to run
+// `pgflow migrate up`.
+func SchemaVersion(ctx context.Context, db DBTX) (string, error) {
+	var v *string
+	err := db.QueryRow(ctx, `select case when to_regprocedure('pgflow.schema_version()') is not null
+	                                    then pgflow.schema_version() end`).Scan(&v)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && (pgErr.Code == "3F000" || pgErr.Code == "42883") {
+			return "", fmt.Errorf("%w: schema pgflow is missing; run `pgflow migrate up`", ErrSchemaTooOld)
+		}
+		return "", fmt.Errorf("read the pgflow schema version: %w", err)
+	}
+	if v == nil {
+		return "", fmt.Errorf("%w: the installed schema is older than %s; run `pgflow migrate up`", ErrSchemaTooOld, MinSchemaVersion)
+	}
+	if compareVersions(*v, MinSchemaVersion) < 0 {
+		return *v, fmt.Errorf("%w: the installed schema is %s, this code needs %s or newer; run `pgflow migrate up`",
+			ErrSchemaTooOld, *v, MinSchemaVersion)
+	}
+	return *v, nil
+}
+
+// compareVersions compares dotted numeric versions ("0.20.0").
+func compareVersions(a, b string) int {
+	as, bs := strings.Split(a, "."), strings.Split(b, ".")
+	for i := range max(len(as), len(bs)) {
+		var x, y int
+		if i < len(as) {
+			x, _ = strconv.Atoi(as[i])
+		}
+		if i < len(bs) {
+			y, _ = strconv.Atoi(bs[i])
+		}
+		if x != y {
+			return cmp.Compare(x, y)
+		}
+	}
+	return 0
 }

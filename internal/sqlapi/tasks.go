@@ -7,6 +7,7 @@ package sqlapi
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -131,4 +132,320 @@ func taskSummaries(ctx context.Context, db DBTX, runID string) (map[string]TaskS
 		return nil, fmt.Errorf("count the tasks of run %s: %w", runID, err)
 	}
 	return out, nil
+}
+
+// ClaimedTask is one row returned by pgflow.start_tasks (a pgflow.step_task_record) together with what the
+// record lacks and the worker needs: the task's attempts_count after the claim and the effective step options.
+type ClaimedTask struct {
+	FlowSlug  string
+	RunID     string // canonical UUID text
+	StepSlug  string
+	Input     json.RawMessage
+	MsgID     int64
+	TaskIndex int
+	FlowInput json.RawMessage // nil when SQL NULL
+	// Attempt is attempts_count after the claim: 1 on the first attempt. It is the fencing token of the
+	// attempt's results (pgflow.complete_tasks / fail_task / release_tasks attempt arguments).
+	Attempt int
+	// TimeoutSeconds is the effective step timeout: steps.opt_timeout, else flows.opt_timeout (the timeout
+	// start_tasks used for the message's visibility).
+	TimeoutSeconds int
+	// MaxAttempts is the effective steps.opt_max_attempts, else flows.opt_max_attempts.
+	MaxAttempts int
+}
+
+// StartTasks claims the tasks behind msgIDs, read from queue, with
+// pgflow.start_tasks(flow_slug, msg_ids, worker_id, queue_name) and reads, in the same round trip (one implicit
+// transaction, so the second statement sees the claim), the claimed tasks' attempts_count and their steps'
+// effective timeout and max attempts, which pgflow.step_task_record does not carry. Only tasks start_tasks returned are returned, ordered by message id.
+func StartTasks(ctx context.Context, db Batcher, flowSlug, queue string, msgIDs []int64, workerID string) ([]ClaimedTask, error) {
+	if len(msgIDs) == 0 {
+		return nil, nil
+	}
+	var b pgx.Batch
+	var tasks []ClaimedTask
+	b.Queue(`select r.flow_slug, r.run_id::text, r.step_slug, r.input, r.msg_id, r.task_index, r.flow_input
+	           from pgflow.start_tasks(flow_slug => $1::text, msg_ids => $2::bigint[], worker_id => $3::uuid,
+	                                   queue_name => $4::text) as r`,
+		flowSlug, msgIDs, workerID, queue).Query(func(rows pgx.Rows) error {
+		var err error
+		tasks, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (ClaimedTask, error) {
+			var t ClaimedTask
+			err := r.Scan(&t.FlowSlug, &t.RunID, &t.StepSlug, &t.Input, &t.MsgID, &t.TaskIndex, &t.FlowInput)
+			return t, err
+		})
+		return err
+	})
+	type claimInfo struct{ attempt, timeout, maxAttempts int }
+	infos := make(map[int64]claimInfo)
+	b.Queue(`select t.message_id, t.attempts_count, coalesce(s.opt_timeout, f.opt_timeout),
+	                coalesce(s.opt_max_attempts, f.opt_max_attempts)
+	           from pgflow.step_tasks as t
+	           join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+	           join pgflow.flows as f on f.flow_slug = t.flow_slug
+	          where t.flow_slug = $1::text
+	            and t.queue_name = lower($4::text)
+	            and t.message_id = any ($2::bigint[])
+	            and t.status = 'started'
+	            and t.last_worker_id = $3::uuid`,
+		flowSlug, msgIDs, workerID, queue).Query(func(rows pgx.Rows) error {
+		var id int64
+		var in claimInfo
+		_, err := pgx.ForEachRow(rows, []any{&id, &in.attempt, &in.timeout, &in.maxAttempts}, func() error {
+			infos[id] = in
+			return nil
+		})
+		return err
+	})
+	if err := db.SendBatch(ctx, &b).Close(); err != nil {
+		return nil, fmt.Errorf("pgflow.start_tasks(flow %q, queue %q, %d message ids, worker %s): %w",
+			flowSlug, queue, len(msgIDs), workerID, err)
+	}
+	for i := range tasks {
+		in := infos[tasks[i].MsgID]
+		tasks[i].Attempt, tasks[i].TimeoutSeconds, tasks[i].MaxAttempts = in.attempt, in.timeout, in.maxAttempts
+	}
+	return tasks, nil
+}
+
+// Why a message read from a flow's queue was not claimed.
+const (
+	UnclaimedNoTask     = "no_task"     // no task of any flow has this (queue, message id)
+	UnclaimedOtherFlow  = "other_flow"  // the matching task belongs to another flow
+	UnclaimedStarted    = "started"     // the task already runs; completion or recovery is in charge
+	UnclaimedIneligible = "ineligible"  // the task is finished, or its step or run no longer runs
+	UnclaimedQueued     = "queued_race" // the task is still queued: another worker holds its row right now
+)
+
+// UnclaimedMessage says why one message id was not claimed.
+type UnclaimedMessage struct {
+	MsgID     int64
+	Reason    string // one of the Unclaimed* constants
+	OwnerFlow string // flow of the matching task, "" when there is none
+}
+
+// ClassifyUnclaimed explains, with one read-only query, why each of msgIDs (read from queue by a worker of
+// flowSlug) was not claimed. It reads task identity only, never message bodies.
+func ClassifyUnclaimed(ctx context.Context, db DBTX, flowSlug, queue string, msgIDs []int64) ([]UnclaimedMessage, error) {
+	if len(msgIDs) == 0 {
+		return nil, nil
+	}
+	rows, err := db.Query(ctx, `
+		select m.id,
+		       case
+		         when t.run_id is null then 'no_task'
+		         when t.flow_slug <> $1::text then 'other_flow'
+		         when t.status = 'started' then 'started'
+		         when t.status = 'queued' and r.status = 'started' and ss.status = 'started' then 'queued_race'
+		         else 'ineligible'
+		       end,
+		       coalesce(t.flow_slug, '')
+		  from unnest($3::bigint[]) as m (id)
+		  left join pgflow.step_tasks as t on t.queue_name = lower($2::text) and t.message_id = m.id
+		  left join pgflow.runs as r on r.run_id = t.run_id
+		  left join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
+		 order by m.id`, flowSlug, queue, msgIDs)
+	if err != nil {
+		return nil, fmt.Errorf("classify %d unclaimed messages of queue %q: %w", len(msgIDs), queue, err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (UnclaimedMessage, error) {
+		var u UnclaimedMessage
+		err := r.Scan(&u.MsgID, &u.Reason, &u.OwnerFlow)
+		return u, err
+	})
+}
+
+// TaskResult is one completed task's output, as CompleteTasks reports it.
+type TaskResult struct {
+	RunID     string
+	StepSlug  string
+	TaskIndex int
+	Output    json.RawMessage
+	Attempt   int // the attempt that produced the output; 0: not fenced
+}
+
+// Outcomes of a fenced report (pgflow.complete_tasks' outcome column; FailTaskAt derives the same ones).
+const (
+	OutcomeRecorded  = "recorded"  // this call recorded the result
+	OutcomeStale     = "stale"     // the attempt is no longer the task's current attempt: nothing changed
+	OutcomeIgnored   = "ignored"   // the task, its step or its run is no longer 'started': nothing changed
+	OutcomeDuplicate = "duplicate" // the same task was named earlier in the call: nothing changed
+	OutcomeUnknown   = "unknown"   // no such task
+)
+
+// CompletedTask is what CompleteTasks reports for one result.
+type CompletedTask struct {
+	Status  string // the task's status afterwards; "" when there is no such task
+	Outcome string // one of the Outcome* constants
+}
+
+// CompleteTasks calls pgflow.complete_tasks for results (one transaction, one round trip) and returns, in the
+// order of results, each task's status afterwards and the outcome the database reports. Every result carries the
+// attempt that produced it (0: not fenced). Any error means nothing was recorded: the call is atomic.
+func CompleteTasks(ctx context.Context, db DBTX, results []TaskResult) ([]CompletedTask, error) {
+	if len(results) == 0 {
+		return nil, nil
+	}
+	runs := make([]string, len(results))
+	steps := make([]string, len(results))
+	idx := make([]int32, len(results))
+	outs := make([]string, len(results))
+	attempts := make([]*int32, len(results))
+	for i, r := range results {
+		runs[i], steps[i], idx[i], outs[i] = r.RunID, r.StepSlug, int32(r.TaskIndex), string(r.Output)
+		if r.Attempt > 0 {
+			a := int32(r.Attempt)
+			attempts[i] = &a
+		}
+	}
+	rows, err := db.Query(ctx,
+		`select t.task_position, t.task_status, t.outcome
+		   from pgflow.complete_tasks(run_ids => $1::uuid[], step_slugs => $2::text[], task_indexes => $3::integer[],
+		                              outputs => $4::jsonb[], attempts => $5::integer[]) as t`,
+		runs, steps, idx, outs, attempts)
+	if err != nil {
+		return nil, fmt.Errorf("pgflow.complete_tasks(%d tasks, first: run %s, step %q, task %d): %w",
+			len(results), runs[0], steps[0], idx[0], err)
+	}
+	done := make([]CompletedTask, len(results))
+	var pos int32
+	var status, outcome *string
+	n := 0
+	_, err = pgx.ForEachRow(rows, []any{&pos, &status, &outcome}, func() error {
+		if pos < 1 || int(pos) > len(results) {
+			return fmt.Errorf("position %d out of range", pos)
+		}
+		n++
+		if status != nil {
+			done[pos-1].Status = *status
+		}
+		done[pos-1].Outcome = OutcomeUnknown
+		if outcome != nil {
+			done[pos-1].Outcome = *outcome
+		}
+		return nil
+	})
+	if err == nil && n != len(results) {
+		err = fmt.Errorf("%d rows for %d tasks", n, len(results))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgflow.complete_tasks(%d tasks, first: run %s, step %q, task %d): %w",
+			len(results), runs[0], steps[0], idx[0], err)
+	}
+	return done, nil
+}
+
+// TaskRef names one attempt of one task.
+type TaskRef struct {
+	RunID     string
+	StepSlug  string
+	TaskIndex int
+	Attempt   int
+}
+
+// FailedTask is what FailTaskAt reports.
+type FailedTask struct {
+	Status         string // the task's status afterwards: "queued" (will be retried), "failed", ...; "" for no task
+	Outcome        string // OutcomeRecorded, OutcomeStale, OutcomeIgnored or OutcomeUnknown
+	CurrentAttempt int    // the task's attempts_count afterwards
+}
+
+// FailTaskAt records the failure of attempt ref.Attempt with pgflow.fail_task(..., attempt, permanent) (schema
+// v0.20.0): the database changes nothing unless that attempt is the task's current, started attempt. permanent
+// fails the task without retry (the step's when_exhausted policy applies). fail_task returns the task row as it
+// is afterwards, which cannot tell "queued again by this call" from "requeued by stalled-task recovery before this
+// call", so the same round trip (one implicit transaction) first reads the task under the lock of its run row,
+// which every state change but recovery's takes first, and the outcome compares both:
+// recorded when the task was started at ref.Attempt before and fail_task moved it on without a recovery in
+// between; stale when another attempt is current or recovery took the task back; ignored otherwise.
+func FailTaskAt(ctx context.Context, db Batcher, ref TaskRef, errorMessage string, permanent bool) (FailedTask, error) {
+	type taskState struct {
+		status             string
+		attempts, requeued int
+		permanentlyStalled bool
+	}
+	var before, after taskState
+	var haveBefore, haveAfter bool
+	var b pgx.Batch
+	b.Queue(`select t.status, t.attempts_count, t.requeued_count, t.permanently_stalled_at is not null
+	           from pgflow.runs as r
+	           join pgflow.step_tasks as t on t.run_id = r.run_id
+	          where r.run_id = $1::uuid and t.step_slug = $2::text and t.task_index = $3::integer
+	            for update of r`,
+		ref.RunID, ref.StepSlug, ref.TaskIndex).Query(func(rows pgx.Rows) error {
+		_, err := pgx.ForEachRow(rows, []any{&before.status, &before.attempts, &before.requeued, &before.permanentlyStalled}, func() error {
+			haveBefore = true
+			return nil
+		})
+		return err
+	})
+	b.Queue(`select t.status, t.attempts_count, t.requeued_count, t.permanently_stalled_at is not null
+	           from pgflow.fail_task(run_id => $1::uuid, step_slug => $2::text, task_index => $3::integer,
+	                                 error_message => $4::text, attempt => $5::integer, permanent => $6::boolean) as t`,
+		ref.RunID, ref.StepSlug, ref.TaskIndex, errorMessage, ref.Attempt, permanent).Query(func(rows pgx.Rows) error {
+		_, err := pgx.ForEachRow(rows, []any{&after.status, &after.attempts, &after.requeued, &after.permanentlyStalled}, func() error {
+			haveAfter = true
+			return nil
+		})
+		return err
+	})
+	if err := db.SendBatch(ctx, &b).Close(); err != nil {
+		return FailedTask{}, fmt.Errorf("pgflow.fail_task(run %s, step %q, task %d, attempt %d, permanent %t): %w",
+			ref.RunID, ref.StepSlug, ref.TaskIndex, ref.Attempt, permanent, err)
+	}
+	if !haveBefore || !haveAfter {
+		return FailedTask{Outcome: OutcomeUnknown}, nil
+	}
+	res := FailedTask{Status: after.status, CurrentAttempt: after.attempts}
+	recovered := after.requeued != before.requeued || (after.permanentlyStalled && !before.permanentlyStalled)
+	switch {
+	case before.attempts != ref.Attempt || after.attempts != ref.Attempt || before.status == "queued" || recovered:
+		res.Outcome = OutcomeStale
+	case before.status == "started" && (after.status == "queued" || after.status == "failed"):
+		res.Outcome = OutcomeRecorded
+	default:
+		res.Outcome = OutcomeIgnored
+	}
+	return res, nil
+}
+
+// ReleaseTasks puts tasks interrupted by a worker's shutdown back into their queue with
+// pgflow.release_tasks (schema v0.20.0): a task that is 'started' at exactly the given attempt becomes 'queued'
+// without spending the attempt and its message becomes visible at once; anything else changes nothing. It returns
+// whether each task was released, in the order of refs.
+func ReleaseTasks(ctx context.Context, db DBTX, refs []TaskRef) ([]bool, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	runs := make([]string, len(refs))
+	steps := make([]string, len(refs))
+	idx := make([]int32, len(refs))
+	attempts := make([]int32, len(refs))
+	for i, r := range refs {
+		runs[i], steps[i], idx[i], attempts[i] = r.RunID, r.StepSlug, int32(r.TaskIndex), int32(r.Attempt)
+	}
+	rows, err := db.Query(ctx,
+		`select t.task_position, t.released
+		   from pgflow.release_tasks(run_ids => $1::uuid[], step_slugs => $2::text[], task_indexes => $3::integer[],
+		                             attempts => $4::integer[]) as t`,
+		runs, steps, idx, attempts)
+	if err != nil {
+		return nil, fmt.Errorf("pgflow.release_tasks(%d tasks, first: run %s, step %q, task %d, attempt %d): %w",
+			len(refs), runs[0], steps[0], idx[0], attempts[0], err)
+	}
+	released := make([]bool, len(refs))
+	var pos int32
+	var ok bool
+	_, err = pgx.ForEachRow(rows, []any{&pos, &ok}, func() error {
+		if pos < 1 || int(pos) > len(refs) {
+			return fmt.Errorf("position %d out of range", pos)
+		}
+		released[pos-1] = ok
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgflow.release_tasks(%d tasks, first: run %s, step %q, task %d, attempt %d): %w",
+			len(refs), runs[0], steps[0], idx[0], attempts[0], err)
+	}
+	return released, nil
 }

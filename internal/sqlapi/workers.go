@@ -5,10 +5,12 @@ package sqlapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // WorkerRow is one pgflow.workers row, with the age of its last heartbeat measured by the database clock and the
@@ -85,4 +87,72 @@ func listWorkers(ctx context.Context, db DBTX, secs, id any) ([]WorkerRow, error
 		return nil, fmt.Errorf("read the workers: %w", err)
 	}
 	return out, nil
+}
+
+// ErrWorkerNotRegistered is wrapped by HeartbeatWorker when the database has no row for the worker id
+// (SQLSTATE P0002 raised by pgflow.heartbeat_worker): the worker should register again.
+var ErrWorkerNotRegistered = errors.New("worker is not registered")
+
+// RegisterWorker calls pgflow.register_worker(worker_id, queue_name, function_name): the worker row exists and
+// is live afterwards.
+func RegisterWorker(ctx context.Context, db DBTX, workerID, queueName, functionName string) error {
+	_, err := db.Exec(ctx,
+		`select from pgflow.register_worker(worker_id => $1::uuid, queue_name => $2::text, function_name => $3::text)`,
+		workerID, queueName, functionName)
+	if err != nil {
+		return fmt.Errorf("pgflow.register_worker(worker %s, queue %q): %w", workerID, queueName, err)
+	}
+	return nil
+}
+
+// HeartbeatWorker calls pgflow.heartbeat_worker(worker_id) and returns true when the worker has been deprecated.
+// An unregistered worker yields an error wrapping ErrWorkerNotRegistered.
+func HeartbeatWorker(ctx context.Context, db DBTX, workerID string) (deprecated bool, err error) {
+	err = db.QueryRow(ctx, `select pgflow.heartbeat_worker(worker_id => $1::uuid)`, workerID).Scan(&deprecated)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "P0002" {
+			return false, fmt.Errorf("pgflow.heartbeat_worker(worker %s): %w: %w", workerID, ErrWorkerNotRegistered, err)
+		}
+		return false, fmt.Errorf("pgflow.heartbeat_worker(worker %s): %w", workerID, err)
+	}
+	return deprecated, nil
+}
+
+// MarkWorkerStopped calls pgflow.mark_worker_stopped(worker_id).
+func MarkWorkerStopped(ctx context.Context, db DBTX, workerID string) error {
+	if _, err := db.Exec(ctx, `select pgflow.mark_worker_stopped(worker_id => $1::uuid)`, workerID); err != nil {
+		return fmt.Errorf("pgflow.mark_worker_stopped(worker %s): %w", workerID, err)
+	}
+	return nil
+}
+
+// MaintenanceLockKey is the transaction-level advisory lock (single bigint form) that serialises stalled-task
+// maintenance across the workers of one database: "pgflow" in ASCII. The two-integer lock space used by
+// pgflow.ensure_flow_compiled is separate.
+const MaintenanceLockKey int64 = 0x7067666c6f77
+
+// RequeueStalledTasks runs pgflow.requeue_stalled_tasks() in a transaction that first takes the maintenance
+// advisory lock with pg_try_advisory_xact_lock. When another session holds the lock it does nothing and
+// returns ran = false; otherwise it returns the number of tasks requeued.
+func RequeueStalledTasks(ctx context.Context, db TxBeginner) (ran bool, requeued int, err error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return false, 0, fmt.Errorf("requeue stalled tasks: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var locked bool
+	if err := tx.QueryRow(ctx, `select pg_try_advisory_xact_lock($1::bigint)`, MaintenanceLockKey).Scan(&locked); err != nil {
+		return false, 0, fmt.Errorf("requeue stalled tasks: advisory lock %d: %w", MaintenanceLockKey, err)
+	}
+	if !locked {
+		return false, 0, nil
+	}
+	if err := tx.QueryRow(ctx, `select pgflow.requeue_stalled_tasks()`).Scan(&requeued); err != nil {
+		return false, 0, fmt.Errorf("pgflow.requeue_stalled_tasks(): %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, 0, fmt.Errorf("requeue stalled tasks: commit: %w", err)
+	}
+	return true, requeued, nil
 }

@@ -1,0 +1,401 @@
+// Package completer records what became of claimed tasks: successful outputs (batched into one
+// pgflow.complete_tasks call per burst of handlers that finish together), failures (pgflow.fail_task) and tasks a
+// shutdown interrupted (pgflow.release_tasks). Every report is fenced by the attempt that produced it, so a
+// report from an attempt that is no longer current changes nothing; it is logged (identity only, never the
+// output) and counted as stale. Reporting never costs a task an attempt: transient database errors are retried
+// with backoff until the worker's hard stop, then once more.
+//
+// This is the bottom of a task's path through the engine: it knows package sqlapi and nothing above itself.
+package completer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/pgflow-go/pgflow/internal/backoff"
+	"github.com/pgflow-go/pgflow/internal/observe"
+	"github.com/pgflow-go/pgflow/internal/pgerr"
+	"github.com/pgflow-go/pgflow/internal/sqlapi"
+	"github.com/pgflow-go/pgflow/internal/taskrun"
+)
+
+const (
+	// maxBatch bounds the completions recorded in one pgflow.complete_tasks call.
+	maxBatch = 256
+	// flushers is the number of batches that may be in flight at once. While they are busy, new completions queue
+	// up and go out together in the next batch, so batches grow with the load and a lone completion never waits
+	// for company.
+	flushers = 2
+	// linger is how long a flusher waits for more completions while other tasks are still running.
+	linger = time.Millisecond
+	// releaseTimeout is how long a stopping worker tries to put an interrupted task back.
+	releaseTimeout = 5 * time.Second
+	// maxErrorMessageLen is the longest error_message the worker stores.
+	maxErrorMessageLen = 32 << 10
+)
+
+// DB is what the completer needs of the database: queries and batches (a *pgxpool.Pool).
+type DB interface {
+	sqlapi.DBTX
+	sqlapi.Batcher
+}
+
+// Config configures a Completer.
+type Config struct {
+	DB       DB
+	Logger   *slog.Logger
+	Observer *observe.Observer // nil: no hooks
+	// QueueSize is how many completions may wait for a flusher (the worker's handler slots).
+	QueueSize int
+	// InFlight reports how many tasks are running now; a flusher lingers for more completions only while some are.
+	InFlight func() int64
+	// Retry is the backoff of transient database errors.
+	Retry backoff.Policy
+	// HardStop ends when a shutdown stops waiting for handlers: transient errors are then retried once more only.
+	HardStop context.Context
+	// Calls is the context of the database calls; it ends when the worker stops waiting for reports.
+	Calls context.Context
+	// Base outlives both (release calls run under it with their own timeout).
+	Base context.Context
+}
+
+// Completer records results. Create it with New and stop it with Stop once no handler waits for an outcome.
+type Completer struct {
+	cfg      Config
+	queue    chan *pending
+	stopped  chan struct{}
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+}
+
+type pending struct {
+	log  *slog.Logger
+	meta taskrun.Meta
+	out  json.RawMessage
+	done chan observe.Outcome
+}
+
+// New starts a Completer's flushers.
+func New(cfg Config) *Completer {
+	c := &Completer{cfg: cfg, queue: make(chan *pending, max(cfg.QueueSize, 1)), stopped: make(chan struct{})}
+	for range flushers {
+		c.wg.Go(c.loop)
+	}
+	return c
+}
+
+// Stop ends the flushers. A handler that reports later (one that ignored its context and was abandoned) gets
+// observe.Unreported.
+func (c *Completer) Stop() {
+	c.stopOnce.Do(func() { close(c.stopped) })
+	c.wg.Wait()
+}
+
+func ref(m taskrun.Meta) sqlapi.TaskRef {
+	return sqlapi.TaskRef{RunID: m.RunID, StepSlug: m.StepSlug, TaskIndex: m.TaskIndex, Attempt: m.Attempt}
+}
+
+// Complete records a successful attempt and returns what became of the task. Completions of handlers that finish
+// at about the same time are recorded together in one transaction; the outcome is the same as recording each
+// alone. When the batch call fails with an error retrying cannot fix (an output the database refuses), every task
+// of the batch is recorded on its own: the others first, then the refused ones are failed without retry with the
+// database's reason, so one bad result never loses or delays the others.
+func (c *Completer) Complete(log *slog.Logger, meta taskrun.Meta, out json.RawMessage) observe.Outcome {
+	p := &pending{log: log, meta: meta, out: out, done: make(chan observe.Outcome, 1)}
+	select {
+	case c.queue <- p:
+	case <-c.stopped:
+		c.logLost(log, "complete_tasks", errors.New("the worker stopped reporting results"))
+		return observe.Unreported
+	}
+	select {
+	case o := <-p.done:
+		return o
+	case <-c.stopped:
+		select {
+		case o := <-p.done:
+			return o
+		default:
+		}
+		c.logLost(log, "complete_tasks", errors.New("the worker stopped reporting results"))
+		return observe.Unreported
+	}
+}
+
+func (c *Completer) loop() {
+	for {
+		var first *pending
+		select {
+		case first = <-c.queue:
+		case <-c.stopped:
+			return
+		}
+		c.flush(c.gather(first))
+	}
+}
+
+// gather takes every completion queued now after first. While other tasks are still running (a burst of handlers
+// that started together tends to finish together), it waits up to linger for more, so a burst is not split into a
+// lone first completion and the rest.
+func (c *Completer) gather(first *pending) []*pending {
+	batch := []*pending{first}
+	var deadline <-chan time.Time
+	for len(batch) < maxBatch {
+		select {
+		case p := <-c.queue:
+			batch = append(batch, p)
+			continue
+		default:
+		}
+		if c.cfg.InFlight == nil || c.cfg.InFlight() <= int64(len(batch)) {
+			return batch
+		}
+		if deadline == nil {
+			t := time.NewTimer(linger)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case p := <-c.queue:
+			batch = append(batch, p)
+		case <-deadline:
+			return batch
+		case <-c.stopped:
+			return batch
+		}
+	}
+	return batch
+}
+
+// flush records a batch and hands every task its outcome. A batch never names one task twice (two attempts of a
+// task finishing together): the second goes into a batch of its own.
+func (c *Completer) flush(batch []*pending) {
+	batch, again := splitRepeated(batch)
+	defer func() {
+		if len(again) > 0 {
+			c.flush(again)
+		}
+	}()
+	if len(batch) == 1 {
+		c.oneByOne(batch)
+		return
+	}
+	results := make([]sqlapi.TaskResult, len(batch))
+	for i, p := range batch {
+		results[i] = sqlapi.TaskResult{RunID: p.meta.RunID, StepSlug: p.meta.StepSlug, TaskIndex: p.meta.TaskIndex,
+			Output: p.out, Attempt: p.meta.Attempt}
+	}
+	var done []sqlapi.CompletedTask
+	err := c.retry(c.cfg.Logger, "complete_tasks", func(ctx context.Context) (err error) {
+		done, err = sqlapi.CompleteTasks(ctx, c.cfg.DB, results)
+		return err
+	})
+	if err != nil {
+		c.cfg.Logger.Warn("the database refused a batch of results; recording them one task at a time",
+			"tasks", len(batch), "error", err)
+		c.oneByOne(batch)
+		return
+	}
+	for i, p := range batch {
+		p.done <- c.completionOutcome(p.log, p.meta, done[i])
+	}
+}
+
+// splitRepeated keeps the first result of each task in batch and returns the others apart.
+func splitRepeated(batch []*pending) (unique, again []*pending) {
+	if len(batch) < 2 {
+		return batch, nil
+	}
+	type key struct {
+		run, step string
+		index     int
+	}
+	seen := make(map[key]bool, len(batch))
+	unique = batch[:0:0]
+	for _, p := range batch {
+		k := key{p.meta.RunID, p.meta.StepSlug, p.meta.TaskIndex}
+		if seen[k] {
+			again = append(again, p)
+			continue
+		}
+		seen[k] = true
+		unique = append(unique, p)
+	}
+	return unique, again
+}
+
+// oneByOne records each result on its own: first every result the database accepts, then it fails the tasks
+// whose output it refused, so that a refused task failing its run cannot keep the others from being recorded.
+func (c *Completer) oneByOne(batch []*pending) {
+	var refused []*pending
+	var reasons []error
+	for _, p := range batch {
+		o, why := c.completeOne(p.log, p.meta, p.out)
+		if why != nil {
+			refused, reasons = append(refused, p), append(reasons, why)
+			continue
+		}
+		p.done <- o
+	}
+	for i, p := range refused {
+		msg := fmt.Sprintf("flow %q, step %q: the database refused the handler's output: %s",
+			p.meta.FlowSlug, p.meta.StepSlug, pgerr.Reason(reasons[i]))
+		p.log.Warn("task output refused by the database; failing the task without retry", "error", msg)
+		p.done <- c.Fail(p.log, p.meta, msg, true)
+	}
+}
+
+// completeOne records one successful task; refused is the database's permanent refusal of the output, when it
+// refused it (then nothing was recorded and the task is still to be failed).
+func (c *Completer) completeOne(log *slog.Logger, meta taskrun.Meta, out json.RawMessage) (o observe.Outcome, refused error) {
+	var done []sqlapi.CompletedTask
+	err := c.retry(log, "complete_tasks", func(ctx context.Context) (err error) {
+		done, err = sqlapi.CompleteTasks(ctx, c.cfg.DB, []sqlapi.TaskResult{{RunID: meta.RunID, StepSlug: meta.StepSlug,
+			TaskIndex: meta.TaskIndex, Output: out, Attempt: meta.Attempt}})
+		return err
+	})
+	switch {
+	case err != nil && pgerr.Permanent(err) && !pgerr.Misconfigured(err):
+		// Invalid data or a program limit (jsonb's size or nesting): a verdict on this output, not on the setup.
+		return "", err
+	case err != nil:
+		c.logLost(log, "complete_tasks", err)
+		return observe.Unreported, nil
+	}
+	return c.completionOutcome(log, meta, done[0]), nil
+}
+
+// completionOutcome turns what the database reported for one completion into the task's outcome, logging it.
+func (c *Completer) completionOutcome(log *slog.Logger, meta taskrun.Meta, done sqlapi.CompletedTask) observe.Outcome {
+	switch done.Outcome {
+	case sqlapi.OutcomeRecorded:
+		if done.Status == "failed" {
+			log.Warn("task failed: the database refused its output (see the task's error_message)")
+			return observe.Failed
+		}
+		return observe.Completed
+	case sqlapi.OutcomeStale:
+		c.Stale(log, meta, observe.StaleSuperseded, nil, 0)
+		return observe.Stale
+	default:
+		log.Info("task result not recorded: the task is no longer running (its run failed or its step finished)",
+			"status", done.Status, "outcome", done.Outcome)
+		return observe.NotRecorded
+	}
+}
+
+// Fail records a failed attempt with pgflow.fail_task (permanent: no retry) and returns what became of the task.
+func (c *Completer) Fail(log *slog.Logger, meta taskrun.Meta, msg string, permanent bool) observe.Outcome {
+	msg = cleanErrorMessage(msg)
+	var failed sqlapi.FailedTask
+	err := c.retry(log, "fail_task", func(ctx context.Context) (err error) {
+		failed, err = sqlapi.FailTaskAt(ctx, c.cfg.DB, ref(meta), msg, permanent)
+		return err
+	})
+	switch {
+	case err != nil:
+		c.logLost(log, "fail_task", err)
+		return observe.Unreported
+	case failed.Outcome == sqlapi.OutcomeStale:
+		c.Stale(log, meta, observe.StaleSuperseded, errors.New(msg), failed.CurrentAttempt)
+		return observe.Stale
+	case failed.Outcome != sqlapi.OutcomeRecorded:
+		log.Info("task failure not recorded: the task is no longer running (its run failed or its step finished)",
+			"status", failed.Status, "outcome", failed.Outcome)
+		return observe.NotRecorded
+	case failed.Status == "queued":
+		log.Info("task will be retried")
+		return observe.Retried
+	case permanent:
+		log.Warn("task failed permanently: not retried", "error", msg)
+		return observe.Failed
+	default:
+		log.Warn("task failed permanently: no attempts left", "error", msg)
+		return observe.Failed
+	}
+}
+
+// Release puts a task interrupted by a shutdown back in its queue without spending its attempt
+// (pgflow.release_tasks); why says what interrupted it.
+func (c *Completer) Release(log *slog.Logger, meta taskrun.Meta, why string) observe.Outcome {
+	ctx, cancel := context.WithTimeout(c.cfg.Base, releaseTimeout)
+	defer cancel()
+	var released []bool
+	err := pgerr.Retry(ctx, c.cfg.Retry, nil, func(ctx context.Context) (err error) {
+		released, err = sqlapi.ReleaseTasks(ctx, c.cfg.DB, []sqlapi.TaskRef{ref(meta)})
+		return err
+	})
+	switch {
+	case err != nil:
+		log.Error("could not put the interrupted task back in the queue; stalled-task recovery will requeue it", "error", err)
+		return observe.Unreported
+	case released[0]:
+		log.Info("task put back in the queue without spending its attempt: " + why)
+		return observe.Released
+	default:
+		log.Info("task not released: this attempt is no longer running (its run or step finished, or it was recovered)")
+		return observe.NotRecorded
+	}
+}
+
+// Stale logs a result that is not recorded because its attempt is no longer current, and reports it to the
+// hooks: the task's identity only, never the output.
+func (c *Completer) Stale(log *slog.Logger, meta taskrun.Meta, reason string, handlerErr error, current int) {
+	args := []any{"reason", reason}
+	if current > 0 {
+		args = append(args, "current_attempt", current)
+	}
+	if handlerErr != nil {
+		args = append(args, "handler_failed", true)
+	}
+	switch reason {
+	case observe.StaleTimedOut:
+		log.Warn("stale result dropped: the handler returned after its step timeout had already failed this attempt", args...)
+	default:
+		log.Warn("stale result not recorded: this attempt is no longer the task's current attempt "+
+			"(the task was recovered and claimed again)", args...)
+	}
+	c.cfg.Observer.Stale(meta, reason, handlerErr, current)
+}
+
+// retry runs a report until it succeeds: transient errors are retried with backoff until the hard stop, after
+// which one more attempt is made; other errors are returned at once.
+func (c *Completer) retry(log *slog.Logger, call string, fn func(context.Context) error) error {
+	return pgerr.Retry(c.cfg.HardStop, c.cfg.Retry, func(n int, delay time.Duration, err error) {
+		log.Warn("reporting the task's result failed, retrying", "call", "pgflow."+call, "retry", n, "delay", delay, "error", err)
+	}, func(context.Context) error {
+		if c.cfg.Calls.Err() != nil {
+			return c.cfg.Calls.Err()
+		}
+		return fn(c.cfg.Calls)
+	})
+}
+
+func (c *Completer) logLost(log *slog.Logger, call string, err error) {
+	log.Error("could not report the task's result; the task stays started until stalled-task recovery requeues it",
+		"call", "pgflow."+call, "error", err)
+}
+
+// cleanErrorMessage makes msg storable as text: valid UTF-8, no NUL characters, bounded length.
+func cleanErrorMessage(msg string) string {
+	msg = strings.ToValidUTF8(msg, "\uFFFD")
+	msg = strings.ReplaceAll(msg, "\x00", `\x00`)
+	if len(msg) > maxErrorMessageLen {
+		cut := maxErrorMessageLen
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + " … (truncated)"
+	}
+	if msg == "" {
+		msg = "handler failed without an error message"
+	}
+	return msg
+}

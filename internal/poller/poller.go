@@ -1,0 +1,271 @@
+// Package poller is the top of a task's path through the engine: for one flow's queue it waits for free handler
+// slots, reads messages (pgmq.read when woken by a queue notification, else pgmq.read_with_poll), hands them to the
+// claimer and starts the executor for every claimed task. It knows the claimer and the executor below it.
+package poller
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pgflow-go/pgflow/internal/backoff"
+	"github.com/pgflow-go/pgflow/internal/claimer"
+	"github.com/pgflow-go/pgflow/internal/executor"
+	"github.com/pgflow-go/pgflow/internal/notify"
+	"github.com/pgflow-go/pgflow/internal/observe"
+	"github.com/pgflow-go/pgflow/internal/sqlapi"
+)
+
+const (
+	// listenPollInterval bounds how long a listening poller waits for a notification before it reads its queue
+	// anyway: messages that become visible without one (delayed starts, retries after their backoff, messages of
+	// crashed workers after their visibility timeout) are found within this time.
+	listenPollInterval = 2 * time.Second
+	// claimLinger is how long a busy poller waits for more free slots before it reads, so that it claims many
+	// tasks per round trip instead of one each time a single slot frees up.
+	claimLinger = 5 * time.Millisecond
+)
+
+// Tasks counts the tasks running in a worker, across its pollers.
+type Tasks struct {
+	wg sync.WaitGroup
+	n  atomic.Int64
+}
+
+// InFlight returns how many tasks are running now.
+func (t *Tasks) InFlight() int64 { return t.n.Load() }
+
+// Wait blocks until no task runs.
+func (t *Tasks) Wait() { t.wg.Wait() }
+
+func (t *Tasks) start() { t.wg.Add(1); t.n.Add(1) }
+func (t *Tasks) done()  { t.n.Add(-1); t.wg.Done() }
+
+// Slots is a pool of handler slots shared by the pollers of one worker.
+type Slots chan struct{}
+
+// NewSlots returns a pool of n slots.
+func NewSlots(n int) Slots { return make(Slots, n) }
+
+// Config configures the Poller of one flow's queue.
+type Config struct {
+	DB       sqlapi.DBTX
+	Flow     string
+	Queue    string
+	WorkerID string
+	// BatchSize is the largest number of messages read at once.
+	BatchSize int
+	// VisibilitySeconds hides read messages until they are claimed.
+	VisibilitySeconds int
+	// MaxPollSeconds and PollIntervalMs drive pgmq.read_with_poll; MaxPollWait bounds a listening poller's wait.
+	MaxPollSeconds, PollIntervalMs int
+	MaxPollWait                    time.Duration
+	// Slots is the worker's shared pool; FlowSlots, when not nil, limits this flow's share of it.
+	Slots, FlowSlots Slots
+	// Wake, when not nil, announces new messages of Queue; Listener tells whether it is connected.
+	Wake     *notify.Subscription
+	Listener *notify.Listener
+	Claimer  *claimer.Claimer
+	Executor *executor.Executor
+	Tasks    *Tasks
+	Observer *observe.Observer
+	Logger   *slog.Logger
+	Retry    backoff.Policy
+}
+
+// Poller reads and claims one queue's messages.
+type Poller struct{ cfg Config }
+
+// New returns a Poller.
+func New(cfg Config) *Poller { return &Poller{cfg: cfg} }
+
+// Run reads, claims and starts tasks while free slots exist, until stop ends. calls is the context of claims and
+// of the tasks' reports (see claimer.Claim).
+func (p *Poller) Run(stop, calls context.Context) {
+	failures := 0
+	backlog := false // the last read returned as many messages as it asked for
+	for stop.Err() == nil {
+		n, ok := p.gatherSlots(stop, backlog)
+		if !ok {
+			return
+		}
+		start := time.Now()
+		read, tasks, err := p.poll(stop, calls, n)
+		if err != nil {
+			p.release(n)
+			if stop.Err() != nil {
+				return
+			}
+			p.cfg.Observer.Polled(p.cfg.Flow, p.cfg.Queue, p.cfg.WorkerID, start, 0, 0, err)
+			failures++
+			delay := p.cfg.Retry.Delay(failures)
+			p.cfg.Logger.Warn("polling the queue failed, retrying", "retry", failures, "delay", delay, "error", err)
+			if backoff.Sleep(stop, delay) != nil {
+				return
+			}
+			continue
+		}
+		failures = 0
+		backlog = read == n
+		p.cfg.Observer.Polled(p.cfg.Flow, p.cfg.Queue, p.cfg.WorkerID, start, read, len(tasks), nil)
+		p.release(n - len(tasks))
+		for _, t := range tasks {
+			p.cfg.Observer.TaskClaimed(t.Meta())
+			p.cfg.Tasks.start()
+			go func() {
+				defer p.release(1)
+				defer p.cfg.Tasks.done()
+				p.cfg.Executor.Run(t)
+			}()
+		}
+	}
+}
+
+// acquire takes one slot of the flow's share (when limited) and of the worker's pool; with wait false it does not
+// block. ok is false when stop ended (nothing held then) or, without wait, when no slot is free.
+func (p *Poller) acquire(stop context.Context, wait bool) bool {
+	if p.cfg.FlowSlots != nil {
+		if !take(stop, p.cfg.FlowSlots, wait) {
+			return false
+		}
+	}
+	if !take(stop, p.cfg.Slots, wait) {
+		if p.cfg.FlowSlots != nil {
+			<-p.cfg.FlowSlots
+		}
+		return false
+	}
+	return true
+}
+
+func take(stop context.Context, s Slots, wait bool) bool {
+	if !wait {
+		select {
+		case s <- struct{}{}:
+			return true
+		default:
+			return false
+		}
+	}
+	select {
+	case s <- struct{}{}:
+		return true
+	case <-stop.Done():
+		return false
+	}
+}
+
+func (p *Poller) release(n int) {
+	for range n {
+		<-p.cfg.Slots
+		if p.cfg.FlowSlots != nil {
+			<-p.cfg.FlowSlots
+		}
+	}
+}
+
+// gatherSlots takes one free slot (waiting for it), then every slot free right now, up to BatchSize. When the
+// last read found a full batch (more work is likely waiting) and tasks are still running, it waits up to
+// claimLinger for more slots to free up. ok is false when stop ended (no slot is held then).
+func (p *Poller) gatherSlots(stop context.Context, backlog bool) (n int, ok bool) {
+	if !p.acquire(stop, true) {
+		return 0, false
+	}
+	n = 1
+	var linger <-chan time.Time
+	for n < p.cfg.BatchSize {
+		if p.acquire(stop, false) {
+			n++
+			continue
+		}
+		if !backlog || p.cfg.Tasks.InFlight() == 0 {
+			return n, true
+		}
+		if linger == nil {
+			t := time.NewTimer(claimLinger)
+			defer t.Stop()
+			linger = t.C
+		}
+		// Without a flow limit, wait on the pool itself; with one, look again shortly (a slot needs both).
+		var free Slots
+		var again <-chan time.Time
+		if p.cfg.FlowSlots == nil {
+			free = p.cfg.Slots
+		} else {
+			again = time.After(200 * time.Microsecond)
+		}
+		select {
+		case free <- struct{}{}:
+			n++
+		case <-again:
+		case <-linger:
+			return n, true
+		case <-stop.Done():
+			p.release(n)
+			return 0, false
+		}
+	}
+	return n, true
+}
+
+// listening reports whether notifications reach the poller now.
+func (p *Poller) listening() bool {
+	if p.cfg.Wake == nil {
+		return false
+	}
+	select {
+	case <-p.cfg.Wake.Active():
+		return p.cfg.Listener.BackendPID() != 0
+	default:
+		return false
+	}
+}
+
+// poll reads up to n messages and claims their tasks; it returns how many messages it read. A listening poller
+// reads with pgmq.read, which never waits, and when the queue has nothing visible it waits for a notification (or
+// listenPollInterval, or MaxPollWait if shorter) and returns nothing, so the caller polls again at once. Otherwise
+// it waits inside pgmq.read_with_poll. After stop ended, read messages are not claimed: they become visible again
+// after the visibility timeout and another worker takes them.
+func (p *Poller) poll(stop, calls context.Context, n int) (read int, tasks []executor.Task, err error) {
+	var msgs []sqlapi.Message
+	if !p.listening() {
+		msgs, err = sqlapi.ReadWithPoll(stop, p.cfg.DB, p.cfg.Queue, p.cfg.VisibilitySeconds, n, p.cfg.MaxPollSeconds, p.cfg.PollIntervalMs)
+	} else {
+		p.clearWake()
+		msgs, err = sqlapi.Read(stop, p.cfg.DB, p.cfg.Queue, p.cfg.VisibilitySeconds, n)
+		if err == nil && len(msgs) == 0 {
+			p.waitForWake(stop)
+			return 0, nil, nil
+		}
+	}
+	if err != nil || len(msgs) == 0 || stop.Err() != nil {
+		return len(msgs), nil, err
+	}
+	ids := make([]int64, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return len(msgs), p.cfg.Claimer.Claim(stop, calls, ids), nil
+}
+
+// clearWake forgets the notifications received so far (the read that follows sees their messages).
+func (p *Poller) clearWake() {
+	select {
+	case <-p.cfg.Wake.Ready():
+		p.cfg.Wake.Drain()
+	default:
+	}
+}
+
+func (p *Poller) waitForWake(stop context.Context) {
+	t := time.NewTimer(min(listenPollInterval, p.cfg.MaxPollWait))
+	defer t.Stop()
+	select {
+	case <-p.cfg.Wake.Ready():
+		p.cfg.Wake.Drain()
+	case <-t.C:
+	case <-stop.Done():
+	}
+}
