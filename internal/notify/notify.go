@@ -45,6 +45,9 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the wait between reconnect attempts (doubling, with jitter).
 	// Defaults: 100ms and 5s.
 	MinBackoff, MaxBackoff time.Duration
+	// PingTimeout bounds one such check; a check that takes longer counts as a dead connection. Default: 10s (never
+	// less than PingInterval), so a busy server is not mistaken for a dead one.
+	PingTimeout time.Duration
 	// PingInterval is how long the connection may stay silent before the listener checks it with a query, so a
 	// silently dead connection is noticed. Default: 30s.
 	PingInterval time.Duration
@@ -80,6 +83,9 @@ func New(cfg Config) *Listener {
 	}
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		cfg.MaxBackoff = max(5*time.Second, cfg.MinBackoff)
+	}
+	if cfg.PingTimeout <= 0 {
+		cfg.PingTimeout = 10 * time.Second
 	}
 	if cfg.PingInterval <= 0 {
 		cfg.PingInterval = 30 * time.Second
@@ -291,7 +297,7 @@ func (l *Listener) serve(ctx context.Context, conn *pgx.Conn) error {
 			default:
 			}
 			if timedOut && !conn.IsClosed() {
-				pingCtx, pingCancel := context.WithTimeout(ctx, l.cfg.PingInterval)
+				pingCtx, pingCancel := context.WithTimeout(ctx, max(l.cfg.PingTimeout, l.cfg.PingInterval))
 				perr := conn.Ping(pingCtx)
 				pingCancel()
 				if perr != nil {
