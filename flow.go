@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"regexp"
 	"sync"
+
+	"github.com/pgflow-go/pgflow/internal/taskrun"
 )
 
 // Flow is the definition of a workflow whose run input has type I: a slug, flow-level options and a DAG of
@@ -27,7 +29,28 @@ type AnyFlow interface {
 	Err() error
 	Shape() (json.RawMessage, error)
 	CompileSQL() ([]string, error)
+	// EngineFlow freezes the flow and returns what pgflow's engine runs of it (used by Worker and by package
+	// pgflowtest; its result type is internal to this module). It fails with the flow's definition errors.
+	EngineFlow() (*taskrun.Flow, error)
 	core() *flowCore
+}
+
+// EngineFlow freezes the flow and returns what pgflow's engine runs of it: its slug, its shape and a runner per
+// step. Worker and package pgflowtest use it; applications have no need to.
+func (f *Flow[I]) EngineFlow() (*taskrun.Flow, error) {
+	steps, err := f.c.freeze()
+	if err != nil {
+		return nil, fmt.Errorf("flow %q has definition errors: %w", f.c.slug, err)
+	}
+	shape, err := f.Shape()
+	if err != nil {
+		return nil, fmt.Errorf("shape of flow %q: %w", f.c.slug, err)
+	}
+	def := &taskrun.Flow{Slug: f.c.slug, Shape: shape, Steps: make(map[string]*taskrun.Step, len(steps))}
+	for _, d := range steps {
+		def.Steps[d.slug] = &taskrun.Step{Slug: d.slug, Map: d.stepType == stepTypeMap, Run: d.run}
+	}
+	return def, nil
 }
 
 // flowCore is the non-generic state of a Flow.

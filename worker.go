@@ -93,20 +93,11 @@ func NewWorker(client *Client, cfg *WorkerConfig) (*Worker, error) {
 	w := &Worker{client: client, pool: client.pool, cfg: rc, log: rc.Logger, stopped: make(chan struct{}),
 		cancelNow: make(chan struct{}), hurry: make(chan struct{})}
 	for i, wf := range rc.Flows {
-		core := flowCoreOf(wf.Flow)
-		steps, err := core.freeze()
+		def, err := wf.Flow.EngineFlow()
 		if err != nil {
-			return nil, fmt.Errorf("pgflow: NewWorker: flow %q has definition errors: %w", core.slug, err)
+			return nil, fmt.Errorf("pgflow: NewWorker: %w", err)
 		}
-		shape, err := wf.Flow.Shape()
-		if err != nil {
-			return nil, fmt.Errorf("pgflow: NewWorker: shape of flow %q: %w", core.slug, err)
-		}
-		def := &taskrun.Flow{Slug: core.slug, Shape: shape, Steps: make(map[string]*taskrun.Step, len(steps))}
-		for _, d := range steps {
-			def.Steps[d.slug] = &taskrun.Step{Slug: d.slug, Map: d.stepType == stepTypeMap, Run: d.run}
-		}
-		w.flows = append(w.flows, &workerFlow{def: def, limit: wf.MaxConcurrent, workerID: rowID(rc, i, core.slug)})
+		w.flows = append(w.flows, &workerFlow{def: def, limit: wf.MaxConcurrent, workerID: rowID(rc, i, def.Slug)})
 	}
 	return w, nil
 }
