@@ -15,12 +15,26 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// ListRunsParams selects a page of runs. Empty strings mean "any".
+// ListRunsParams selects a page of runs. Empty strings and nil times mean "any".
 type ListRunsParams struct {
-	Flow   string
-	Status string // started | completed | failed
-	Limit  int    // rows per page; <= 0 means 50
+	Flow          string
+	Status        string // started | completed | failed
+	StartedAfter  *time.Time
+	StartedBefore *time.Time
+	// After, when set, continues a listing after that run (keyset pagination, newest first): only runs that sort
+	// after it (older, or as old with a smaller run id) are returned.
+	After  *RunKey
+	Limit  int // rows per page; <= 0 means 50
 	Offset int
+	// NoCount skips counting every matching run (the count is 0 then): a cursor-driven listing does not need it,
+	// and with millions of runs it costs far more than the page.
+	NoCount bool
+}
+
+// RunKey is a run's position in a listing: runs sort newest first by started_at, then run_id.
+type RunKey struct {
+	StartedAt time.Time
+	RunID     string
 }
 
 // RunSummary is one run as a run list shows it (no input or output).
@@ -50,13 +64,18 @@ select r.run_id::text, r.flow_slug, r.status, r.remaining_steps, r.started_at, r
 from pgflow.runs as r
 where ($1::text is null or r.flow_slug = $1::text)
   and ($2::text is null or r.status = $2::text)
+  and ($5::timestamptz is null or r.started_at > $5::timestamptz)
+  and ($6::timestamptz is null or r.started_at < $6::timestamptz)
+  and ($7::timestamptz is null or (r.started_at, r.run_id) < ($7::timestamptz, $8::uuid))
 order by r.started_at desc, r.run_id desc
 limit $3::int offset $4::int`
 
 const countRunsSQL = `
 select count(*) from pgflow.runs as r
 where ($1::text is null or r.flow_slug = $1::text)
-  and ($2::text is null or r.status = $2::text)`
+  and ($2::text is null or r.status = $2::text)
+  and ($3::timestamptz is null or r.started_at > $3::timestamptz)
+  and ($4::timestamptz is null or r.started_at < $4::timestamptz)`
 
 // ListRuns returns one page of runs, newest first (by started_at, then run_id), and how many runs match the
 // filter in all.
@@ -72,7 +91,11 @@ func ListRuns(ctx context.Context, db DBTX, p ListRunsParams) ([]RunSummary, int
 	if p.Status != "" {
 		status = p.Status
 	}
-	rows, err := db.Query(ctx, listRunsSQL, flow, status, limit, max(p.Offset, 0))
+	var afterAt, afterID any
+	if p.After != nil {
+		afterAt, afterID = p.After.StartedAt, p.After.RunID
+	}
+	rows, err := db.Query(ctx, listRunsSQL, flow, status, limit, max(p.Offset, 0), p.StartedAfter, p.StartedBefore, afterAt, afterID)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read the runs (flow %q, status %q): %w", p.Flow, p.Status, err)
 	}
@@ -86,7 +109,10 @@ func ListRuns(ctx context.Context, db DBTX, p ListRunsParams) ([]RunSummary, int
 		return nil, 0, fmt.Errorf("read the runs (flow %q, status %q): %w", p.Flow, p.Status, err)
 	}
 	var total int64
-	if err := db.QueryRow(ctx, countRunsSQL, flow, status).Scan(&total); err != nil {
+	if p.NoCount {
+		return out, 0, nil
+	}
+	if err := db.QueryRow(ctx, countRunsSQL, flow, status, p.StartedAfter, p.StartedBefore).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("count the runs (flow %q, status %q): %w", p.Flow, p.Status, err)
 	}
 	return out, total, nil
