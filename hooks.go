@@ -56,20 +56,23 @@ type Hooks interface {
 	StaleResult(ctx context.Context, e StaleResultEvent)
 }
 
+// StaleReason says why a result was stale.
+type StaleReason string
+
 // Reasons of a stale result, as in StaleResultEvent.Reason.
 const (
 	// StaleSuperseded: the database refused the report because another attempt of the task is current (the task
 	// was recovered after its timeout and claimed again, possibly by another worker).
-	StaleSuperseded = observe.StaleSuperseded
+	StaleSuperseded StaleReason = "superseded"
 	// StaleTimedOut: the handler returned after its step timeout, when the worker had already failed the attempt.
-	StaleTimedOut = observe.StaleTimedOut
+	StaleTimedOut StaleReason = "timed_out"
 )
 
 // StaleResultEvent is a result dropped because its attempt is no longer current. It carries the task's identity
 // (Attempt is the stale attempt), never the output.
 type StaleResultEvent struct {
 	TaskEvent
-	Reason         string // StaleSuperseded or StaleTimedOut
+	Reason         StaleReason // StaleSuperseded or StaleTimedOut
 	Err            error  // the handler's error when the stale result was a failure; nil for a success
 	CurrentAttempt int    // the task's current attempt when the database reported it; 0 when unknown
 }
@@ -92,16 +95,19 @@ type PollEvent struct {
 	Err       error         // the read failed (Messages and Claimed are 0); the worker retries with backoff
 }
 
+// PollOutcome classifies a poll.
+type PollOutcome string
+
 // Poll outcomes, as returned by PollEvent.Outcome.
 const (
-	PollClaimed   = "claimed"   // at least one task was claimed
-	PollEmpty     = "empty"     // the queue had no visible message before the wait ended
-	PollUnclaimed = "unclaimed" // messages were read but none of their tasks could be claimed
-	PollError     = "error"     // the read failed
+	PollClaimed   PollOutcome = "claimed"   // at least one task was claimed
+	PollEmpty     PollOutcome = "empty"     // the queue had no visible message before the wait ended
+	PollUnclaimed PollOutcome = "unclaimed" // messages were read but none of their tasks could be claimed
+	PollError     PollOutcome = "error"     // the read failed
 )
 
 // Outcome classifies the poll for metric labels: PollClaimed, PollEmpty, PollUnclaimed or PollError.
-func (e PollEvent) Outcome() string {
+func (e PollEvent) Outcome() PollOutcome {
 	switch {
 	case e.Err != nil:
 		return PollError
@@ -121,15 +127,18 @@ type HandlerEvent struct {
 	Err      error         // nil on success; a *PanicError when the handler panicked
 }
 
+// HandlerOutcome classifies a handler's return.
+type HandlerOutcome string
+
 // Handler outcomes, as returned by HandlerEvent.Outcome.
 const (
-	HandlerOK    = "ok"
-	HandlerError = "error"
-	HandlerPanic = "panic"
+	HandlerOK    HandlerOutcome = "ok"
+	HandlerError HandlerOutcome = "error"
+	HandlerPanic HandlerOutcome = "panic"
 )
 
 // Outcome classifies the handler's return for metric labels: HandlerOK, HandlerError or HandlerPanic.
-func (e HandlerEvent) Outcome() string {
+func (e HandlerEvent) Outcome() HandlerOutcome {
 	if e.Err == nil {
 		return HandlerOK
 	}
@@ -145,22 +154,22 @@ type TaskOutcome string
 // Task outcomes.
 const (
 	// OutcomeCompleted: pgflow.complete_task recorded the handler's output.
-	OutcomeCompleted = TaskOutcome(observe.Completed)
+	OutcomeCompleted TaskOutcome = "completed"
 	// OutcomeRetried: pgflow.fail_task recorded the failure and queued the task for another attempt.
-	OutcomeRetried = TaskOutcome(observe.Retried)
+	OutcomeRetried TaskOutcome = "retried"
 	// OutcomeFailed: pgflow.fail_task recorded the failure and the task has no attempts left.
-	OutcomeFailed = TaskOutcome(observe.Failed)
+	OutcomeFailed TaskOutcome = "failed"
 	// OutcomeNotRecorded: the database ignored the result because the task was no longer running (its run
 	// failed or its step finished meanwhile).
-	OutcomeNotRecorded = TaskOutcome(observe.NotRecorded)
+	OutcomeNotRecorded TaskOutcome = "not_recorded"
 	// OutcomeUnreported: the worker could not report the result; stalled-task recovery will requeue the task.
-	OutcomeUnreported = TaskOutcome(observe.Unreported)
+	OutcomeUnreported TaskOutcome = "unreported"
 	// OutcomeStale: the result was not recorded because another attempt of the task is current (the task was
 	// recovered after its timeout and claimed again); see Hooks.StaleResult.
-	OutcomeStale = TaskOutcome(observe.Stale)
+	OutcomeStale TaskOutcome = "stale"
 	// OutcomeReleased: the worker shut down while the handler ran; the task went back to its queue without
 	// spending the attempt.
-	OutcomeReleased = TaskOutcome(observe.Released)
+	OutcomeReleased TaskOutcome = "released"
 )
 
 // TaskFinishedEvent reports the end of a started task. Time is when its result was reported.
@@ -289,7 +298,7 @@ func (s hooksSink) TaskFinished(ctx context.Context, e observe.Finished) {
 }
 
 func (s hooksSink) StaleResult(ctx context.Context, e observe.StaleResult) {
-	s.h.StaleResult(ctx, StaleResultEvent{TaskEvent: taskEvent(e.Task), Reason: e.Reason, Err: e.Err,
+	s.h.StaleResult(ctx, StaleResultEvent{TaskEvent: taskEvent(e.Task), Reason: StaleReason(e.Reason), Err: e.Err,
 		CurrentAttempt: e.CurrentAttempt})
 }
 

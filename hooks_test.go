@@ -519,3 +519,18 @@ func TestRootPackageDoesNotImportMetricsLibraries(t *testing.T) {
 	visit(".", module)
 	require.True(t, seen[module+"/internal/sqlapi"], "the walk follows the module's own imports")
 }
+
+// The public outcome and reason values are the engine's, so metrics labels and hooks never disagree with logs.
+func TestPublicOutcomesMatchTheEngine(t *testing.T) {
+	t.Parallel()
+	pairs := map[TaskOutcome]observe.Outcome{
+		OutcomeCompleted: observe.Completed, OutcomeRetried: observe.Retried, OutcomeFailed: observe.Failed,
+		OutcomeNotRecorded: observe.NotRecorded, OutcomeUnreported: observe.Unreported, OutcomeStale: observe.Stale,
+		OutcomeReleased: observe.Released,
+	}
+	for public, engine := range pairs {
+		require.Equal(t, string(engine), string(public))
+	}
+	require.Equal(t, observe.StaleSuperseded, string(StaleSuperseded))
+	require.Equal(t, observe.StaleTimedOut, string(StaleTimedOut))
+}

@@ -239,9 +239,8 @@ func runFromRow(r *sqlapi.RunWithStates) *Run {
 // "pgflow:run:<run id>" (and on "pgflow"). It carries ids and the new status only; read the run (GetRun) for
 // inputs, outputs and error messages.
 type Event struct {
-	// Type is "run:started", "run:completed", "run:failed", "step:started", "step:completed", "step:failed" or
-	// "step:skipped".
-	Type string `json:"event_type"`
+	// Type is one of the Event* constants.
+	Type EventType `json:"event_type"`
 	// Event is the broadcast name: "run:<status>" for run events, "step:<step slug>:<status>" for step events.
 	Event    string `json:"event"`
 	RunID    string `json:"run_id"`
@@ -251,8 +250,22 @@ type Event struct {
 	Status   string `json:"status"`
 }
 
+// EventType is the kind of a run or step transition.
+type EventType string
+
+// Event types, as the database publishes them.
+const (
+	EventRunStarted    EventType = "run:started"
+	EventRunCompleted  EventType = "run:completed"
+	EventRunFailed     EventType = "run:failed"
+	EventStepStarted   EventType = "step:started"
+	EventStepCompleted EventType = "step:completed"
+	EventStepFailed    EventType = "step:failed"
+	EventStepSkipped   EventType = "step:skipped"
+)
+
 // IsRunEvent reports whether the event is about the run itself (not one of its steps).
-func (e Event) IsRunEvent() bool { return strings.HasPrefix(e.Type, "run:") }
+func (e Event) IsRunEvent() bool { return strings.HasPrefix(string(e.Type), "run:") }
 
 // IsTerminal reports whether the event says the run completed or failed.
-func (e Event) IsTerminal() bool { return e.Type == "run:completed" || e.Type == "run:failed" }
+func (e Event) IsTerminal() bool { return e.Type == EventRunCompleted || e.Type == EventRunFailed }

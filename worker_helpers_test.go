@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgflow-go/pgflow/internal/backoff"
+	"github.com/pgflow-go/pgflow/internal/testutil"
 )
 
 // waitTimeout bounds every wait in the worker tests; it is a deadline for something to happen, not a timing
@@ -158,50 +159,24 @@ func (rw *runningWorker) wait(t *testing.T) error {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitFor(t, what, cond)
 }
 
-// waitClosed waits until ch is closed.
 func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
 	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(waitTimeout):
-		t.Fatalf("timed out waiting for: %s", what)
-	}
+	testutil.WaitClosed(t, what, ch)
 }
 
 func startRun(t *testing.T, pool *pgxpool.Pool, flowSlug string, input any) string {
 	t.Helper()
 	raw, err := json.Marshal(input)
 	require.NoError(t, err)
-	var runID string
-	require.NoError(t, pool.QueryRow(context.Background(),
-		`select r.run_id::text from pgflow.start_flow($1, $2::jsonb) as r`, flowSlug, string(raw)).Scan(&runID))
-	return runID
+	return testutil.StartRun(t, pool, flowSlug, json.RawMessage(raw))
 }
 
-type runResult struct {
-	Status string
-	Output json.RawMessage
-}
-
-// waitRun waits until the run is completed or failed.
-func waitRun(t *testing.T, pool *pgxpool.Pool, runID string) runResult {
+func waitRun(t *testing.T, pool *pgxpool.Pool, runID string) testutil.RunResult {
 	t.Helper()
-	var res runResult
-	waitFor(t, "run "+runID+" to finish", func() bool {
-		require.NoError(t, pool.QueryRow(context.Background(),
-			`select status, output from pgflow.runs where run_id = $1`, runID).Scan(&res.Status, &res.Output))
-		return res.Status == "completed" || res.Status == "failed"
-	})
-	return res
+	return testutil.WaitRun(t, pool, runID)
 }
 
 type stepResult struct {
