@@ -34,7 +34,16 @@ func Example() {
 		defer span.End()
 		return 1, nil
 	})
-	if err := pgflow.RunWorker(ctx, pool, flow, pgflow.WorkerConfig{Hooks: hooks}); err != nil {
+	client, err := pgflow.NewClient(pool, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+	w, err := pgflow.NewWorker(client, &pgflow.WorkerConfig{Flows: []pgflow.WorkerFlow{{Flow: flow}}, Hooks: hooks})
+	if err != nil {
+		panic(err)
+	}
+	if err := w.Run(ctx); err != nil { // until ctx is cancelled (on SIGTERM, say)
 		panic(err)
 	}
 }

@@ -150,7 +150,7 @@ func taskAttrs(m pgflow.TaskMeta, extra ...attribute.KeyValue) metric.Measuremen
 func (h *Hooks) PollDone(ctx context.Context, e pgflow.PollEvent) {
 	flowQueue := []attribute.KeyValue{AttrFlow.String(e.FlowSlug), AttrQueue.String(e.QueueName)}
 	h.pollDuration.Record(ctx, e.Duration.Seconds(),
-		metric.WithAttributes(append(flowQueue, AttrPollOutcome.String(e.Outcome()))...))
+		metric.WithAttributes(append(flowQueue, AttrPollOutcome.String(string(e.Outcome())))...))
 	if e.Messages > 0 {
 		h.messagesRead.Add(ctx, int64(e.Messages), metric.WithAttributes(flowQueue...))
 	}
@@ -194,7 +194,7 @@ func (h *Hooks) span(ctx context.Context) trace.Span {
 
 // HandlerDone implements pgflow.Hooks.
 func (h *Hooks) HandlerDone(ctx context.Context, e pgflow.HandlerEvent) {
-	outcome := e.Outcome()
+	outcome := string(e.Outcome())
 	h.handlerDuration.Record(ctx, e.Duration.Seconds(), taskAttrs(e.TaskMeta, AttrHandlerOutcome.String(outcome)))
 	if span := h.span(ctx); span != nil {
 		span.SetAttributes(AttrHandlerOutcome.String(outcome))
@@ -231,5 +231,5 @@ func (h *Hooks) TaskFinished(ctx context.Context, e pgflow.TaskFinishedEvent) {
 
 // StaleResult implements pgflow.Hooks: it counts the stale result.
 func (h *Hooks) StaleResult(ctx context.Context, e pgflow.StaleResultEvent) {
-	h.stale.Add(ctx, 1, taskAttrs(e.TaskMeta, AttrStaleReason.String(e.Reason)))
+	h.stale.Add(ctx, 1, taskAttrs(e.TaskMeta, AttrStaleReason.String(string(e.Reason))))
 }

@@ -37,38 +37,33 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// runWorker runs a worker until the returned stop is called; stop returns once Run has returned.
+// runWorker runs a worker until the returned stop is called; stop returns once the worker has stopped.
 func runWorker(t *testing.T, pool *pgxpool.Pool, flow pgflow.AnyFlow, hooks pgflow.Hooks) (*pgflow.Worker, func()) {
 	t.Helper()
-	w, err := pgflow.NewWorker(pool, flow, pgflow.WorkerConfig{
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	client, err := pgflow.NewClient(pool, &pgflow.ClientConfig{Logger: logger})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	w, err := pgflow.NewWorker(client, &pgflow.WorkerConfig{
+		Flows:       []pgflow.WorkerFlow{{Flow: flow}},
 		MaxPollWait: time.Second, PollInterval: 20 * time.Millisecond, HeartbeatInterval: 200 * time.Millisecond,
-		MaintenanceInterval: -1, Hooks: hooks, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		MaintenanceInterval: -1, Hooks: hooks, Logger: logger,
 	})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	require.NoError(t, w.Start(ctx)) // returns once the worker is registered and running
 	stopped := false
 	stop := func() {
 		if stopped {
 			return
 		}
 		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(waitTimeout):
-			t.Errorf("worker did not stop")
-		}
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		require.NoError(t, w.Stop(ctx))
 	}
 	t.Cleanup(stop)
-	waitFor(t, "the worker to register", func() bool {
-		var n int
-		require.NoError(t, pool.QueryRow(context.Background(),
-			`select count(*) from pgflow.workers where worker_id = $1 and stopped_at is null`, w.ID()).Scan(&n))
-		return n == 1
-	})
 	return w, stop
 }
 
@@ -316,7 +311,7 @@ func TestTwoHooksEndTheirOwnSpans(t *testing.T) {
 			continue
 		}
 		for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-			if r, _ := dp.Attributes.Value(pgflowotel.AttrStaleReason); r.AsString() == pgflow.StaleTimedOut {
+			if r, _ := dp.Attributes.Value(pgflowotel.AttrStaleReason); r.AsString() == string(pgflow.StaleTimedOut) {
 				stale += dp.Value
 			}
 		}

@@ -5,10 +5,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pgflow-go/pgflow/internal/sqlapi"
+	"github.com/pgflow-go/pgflow"
 )
 
 // workerWindow: workers whose last heartbeat is older are left out of pgflow_workers (long gone, not stopped
@@ -44,7 +43,7 @@ type DatabaseOptions struct {
 //
 // Counting runs scans pgflow.runs; on very large tables scrape less often or prune old runs.
 type DatabaseCollector struct {
-	db         *pgxpool.Pool
+	client     *pgflow.Client
 	timeout    time.Duration
 	staleAfter time.Duration
 	log        *slog.Logger
@@ -54,13 +53,14 @@ type DatabaseCollector struct {
 
 var _ prometheus.Collector = (*DatabaseCollector)(nil)
 
-// NewDatabaseCollector returns a collector that queries db at each scrape (a few short selects).
-func NewDatabaseCollector(db *pgxpool.Pool, opts DatabaseOptions) *DatabaseCollector {
+// NewDatabaseCollector returns a collector that reads the database of client at each scrape (a few short selects:
+// Client.ListFlows, ListQueues and ListWorkers).
+func NewDatabaseCollector(client *pgflow.Client, opts DatabaseOptions) *DatabaseCollector {
 	ns := opts.Namespace
 	if ns == "" {
 		ns = "pgflow"
 	}
-	c := &DatabaseCollector{db: db, timeout: opts.Timeout, staleAfter: opts.StaleAfter, log: opts.Logger}
+	c := &DatabaseCollector{client: client, timeout: opts.Timeout, staleAfter: opts.StaleAfter, log: opts.Logger}
 	if c.timeout <= 0 {
 		c.timeout = 10 * time.Second
 	}
@@ -97,39 +97,35 @@ func (c *DatabaseCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	ok := true
 
-	if flows, err := sqlapi.DashFlows(ctx, c.db); err != nil {
+	if flows, err := c.client.ListFlows(ctx); err != nil {
 		ok = false
 		c.log.Error("pgflow metrics: reading runs by status failed", "error", err)
 	} else {
 		for _, f := range flows {
-			ch <- prometheus.MustNewConstMetric(c.runs, prometheus.GaugeValue, float64(f.Runs.Started), f.FlowSlug, "started")
-			ch <- prometheus.MustNewConstMetric(c.runs, prometheus.GaugeValue, float64(f.Runs.Completed), f.FlowSlug, "completed")
-			ch <- prometheus.MustNewConstMetric(c.runs, prometheus.GaugeValue, float64(f.Runs.Failed), f.FlowSlug, "failed")
+			ch <- prometheus.MustNewConstMetric(c.runs, prometheus.GaugeValue, float64(f.Runs.Started), f.Slug, "started")
+			ch <- prometheus.MustNewConstMetric(c.runs, prometheus.GaugeValue, float64(f.Runs.Completed), f.Slug, "completed")
+			ch <- prometheus.MustNewConstMetric(c.runs, prometheus.GaugeValue, float64(f.Runs.Failed), f.Slug, "failed")
 		}
 	}
 
-	if queues, err := sqlapi.DashQueues(ctx, c.db); err != nil {
+	if queues, err := c.client.ListQueues(ctx); err != nil {
 		ok = false
 		c.log.Error("pgflow metrics: reading queue metrics failed", "error", err)
 	} else {
-		for name, q := range queues {
+		for _, q := range queues {
 			if q.Err != nil {
 				ok = false
-				c.log.Error("pgflow metrics: reading one queue's metrics failed", "queue", name, "error", q.Err)
+				c.log.Error("pgflow metrics: reading one queue's metrics failed", "queue", q.Name, "error", q.Err)
 				continue
 			}
-			age := 0.0
-			if q.OldestAgeSec != nil {
-				age = float64(*q.OldestAgeSec)
-			}
-			ch <- prometheus.MustNewConstMetric(c.queueLen, prometheus.GaugeValue, float64(q.Length), name)
-			ch <- prometheus.MustNewConstMetric(c.queueVisible, prometheus.GaugeValue, float64(q.Visible), name)
-			ch <- prometheus.MustNewConstMetric(c.queueAge, prometheus.GaugeValue, age, name)
-			ch <- prometheus.MustNewConstMetric(c.queueSent, prometheus.CounterValue, float64(q.Total), name)
+			ch <- prometheus.MustNewConstMetric(c.queueLen, prometheus.GaugeValue, float64(q.Length), q.Name)
+			ch <- prometheus.MustNewConstMetric(c.queueVisible, prometheus.GaugeValue, float64(q.Visible), q.Name)
+			ch <- prometheus.MustNewConstMetric(c.queueAge, prometheus.GaugeValue, q.OldestMessageAge.Seconds(), q.Name)
+			ch <- prometheus.MustNewConstMetric(c.queueSent, prometheus.CounterValue, float64(q.Sent), q.Name)
 		}
 	}
 
-	if ws, err := sqlapi.ListWorkers(ctx, c.db, workerWindow); err != nil {
+	if ws, err := c.client.ListWorkers(ctx, workerWindow); err != nil {
 		ok = false
 		c.log.Error("pgflow metrics: reading workers failed", "error", err)
 	} else {
@@ -146,7 +142,7 @@ func (c *DatabaseCollector) Collect(ch chan<- prometheus.Metric) {
 			case w.HeartbeatAge > c.staleAfter:
 				state = "unresponsive"
 			}
-			counts[key{w.QueueName, state}]++
+			counts[key{w.Queue, state}]++
 		}
 		for k, n := range counts {
 			ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(n), k.queue, k.state)

@@ -20,15 +20,25 @@ func Example() {
 	}
 	defer pool.Close()
 
+	client, err := pgflow.NewClient(pool, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+
 	metrics := pgflowprom.New(pgflowprom.Options{ConstLabels: prometheus.Labels{"service": "orders"}})
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics, pgflowprom.NewDatabaseCollector(pool, pgflowprom.DatabaseOptions{}))
+	reg.MustRegister(metrics, pgflowprom.NewDatabaseCollector(client, pgflowprom.DatabaseOptions{}))
 	http.Handle("/metrics", pgflowprom.Handler(reg))
 	go func() { _ = http.ListenAndServe("127.0.0.1:9464", nil) }()
 
 	flow := pgflow.NewFlow[int]("orders")
 	pgflow.Step(flow, "charge", func(ctx context.Context, t *pgflow.Task[int]) (int, error) { return 1, nil })
-	if err := pgflow.RunWorker(ctx, pool, flow, pgflow.WorkerConfig{Hooks: metrics}); err != nil {
+	w, err := pgflow.NewWorker(client, &pgflow.WorkerConfig{Flows: []pgflow.WorkerFlow{{Flow: flow}}, Hooks: metrics})
+	if err != nil {
+		panic(err)
+	}
+	if err := w.Run(ctx); err != nil { // until ctx is cancelled (on SIGTERM, say)
 		panic(err)
 	}
 }

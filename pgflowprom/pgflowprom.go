@@ -10,7 +10,7 @@
 //	reg := prometheus.NewRegistry()
 //	reg.MustRegister(metrics)
 //	http.Handle("/metrics", pgflowprom.Handler(reg))
-//	err := pgflow.RunWorker(ctx, pool, flow, pgflow.WorkerConfig{Hooks: metrics})
+//	w, err := pgflow.NewWorker(client, &pgflow.WorkerConfig{Flows: []pgflow.WorkerFlow{{Flow: flow}}, Hooks: metrics})
 //
 // The package lives apart from pgflow so that programs that do not use Prometheus do not depend on it.
 package pgflowprom
@@ -139,7 +139,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 
 // PollDone implements pgflow.Hooks.
 func (c *Collector) PollDone(_ context.Context, e pgflow.PollEvent) {
-	outcome := e.Outcome()
+	outcome := string(e.Outcome())
 	c.polls.WithLabelValues(e.FlowSlug, e.QueueName, outcome).Inc()
 	c.pollSeconds.WithLabelValues(e.FlowSlug, e.QueueName, outcome).Observe(e.Duration.Seconds())
 	if e.Messages > 0 {
@@ -160,7 +160,7 @@ func (c *Collector) TaskStarted(ctx context.Context, e pgflow.TaskEvent) context
 
 // HandlerDone implements pgflow.Hooks.
 func (c *Collector) HandlerDone(_ context.Context, e pgflow.HandlerEvent) {
-	c.handler.WithLabelValues(e.FlowSlug, e.StepSlug, e.QueueName, e.Outcome()).Observe(e.Duration.Seconds())
+	c.handler.WithLabelValues(e.FlowSlug, e.StepSlug, e.QueueName, string(e.Outcome())).Observe(e.Duration.Seconds())
 }
 
 // TaskFinished implements pgflow.Hooks.
@@ -173,7 +173,7 @@ func (c *Collector) TaskFinished(_ context.Context, e pgflow.TaskFinishedEvent) 
 
 // StaleResult implements pgflow.Hooks.
 func (c *Collector) StaleResult(_ context.Context, e pgflow.StaleResultEvent) {
-	c.stale.WithLabelValues(e.FlowSlug, e.StepSlug, e.QueueName, e.Reason).Inc()
+	c.stale.WithLabelValues(e.FlowSlug, e.StepSlug, e.QueueName, string(e.Reason)).Inc()
 }
 
 // Handler serves the metrics of g in the Prometheus exposition format (mount it at /metrics). Errors while

@@ -37,37 +37,37 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// newClient returns a client of pool, closed when the test ends.
+func newClient(t *testing.T, pool *pgxpool.Pool) *pgflow.Client {
+	t.Helper()
+	c, err := pgflow.NewClient(pool, &pgflow.ClientConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
+
 // runWorker runs a worker of flow with hooks until the returned stop is called (or the test ends).
 func runWorker(t *testing.T, pool *pgxpool.Pool, flow pgflow.AnyFlow, hooks pgflow.Hooks) (w *pgflow.Worker, stop func()) {
 	t.Helper()
-	w, err := pgflow.NewWorker(pool, flow, pgflow.WorkerConfig{
+	w, err := pgflow.NewWorker(newClient(t, pool), &pgflow.WorkerConfig{
+		Flows:       []pgflow.WorkerFlow{{Flow: flow}},
 		MaxPollWait: time.Second, PollInterval: 20 * time.Millisecond, HeartbeatInterval: 200 * time.Millisecond,
 		MaintenanceInterval: -1, Hooks: hooks,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	require.NoError(t, w.Start(ctx)) // returns once the worker is registered and running
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				require.NoError(t, err)
-			case <-time.After(waitTimeout):
-				t.Errorf("worker did not stop")
-			}
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			defer cancel()
+			require.NoError(t, w.Stop(ctx))
 		})
 	}
 	t.Cleanup(stop)
-	waitFor(t, "the worker to register", func() bool {
-		var n int
-		require.NoError(t, pool.QueryRow(context.Background(),
-			`select count(*) from pgflow.workers where worker_id = $1 and stopped_at is null`, w.ID()).Scan(&n))
-		return n == 1
-	})
 	return w, stop
 }
 
@@ -311,7 +311,7 @@ func TestDatabaseCollectorReportsRunsQueuesAndWorkers(t *testing.T) {
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(pgflowprom.NewDatabaseCollector(db.Pool, pgflowprom.DatabaseOptions{}))
+	reg.MustRegister(pgflowprom.NewDatabaseCollector(newClient(t, db.Pool), pgflowprom.DatabaseOptions{}))
 	srv := httptest.NewServer(pgflowprom.Handler(reg))
 	t.Cleanup(srv.Close)
 
@@ -343,7 +343,7 @@ func TestDatabaseCollectorReportsFailedScrapes(t *testing.T) {
 	logs := &strings.Builder{}
 	var mu sync.Mutex
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(pgflowprom.NewDatabaseCollector(db.Pool, pgflowprom.DatabaseOptions{
+	reg.MustRegister(pgflowprom.NewDatabaseCollector(newClient(t, db.Pool), pgflowprom.DatabaseOptions{
 		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, logs}, nil)),
 	}))
 	srv := httptest.NewServer(pgflowprom.Handler(reg))
@@ -355,6 +355,7 @@ func TestDatabaseCollectorReportsFailedScrapes(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Contains(t, logs.String(), "reading runs by status failed")
+	require.Contains(t, logs.String(), "pgflow migrate up")
 }
 
 type lockedWriter struct {

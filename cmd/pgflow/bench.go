@@ -80,7 +80,11 @@ measures the window after the warm-up. See docs/performance.md for the method.`,
 				}
 				defer pprof.StopCPUProfile()
 			}
+			cfg.StopNow = stopNowContext(cmd.Context())
+			release := announceInterrupt(cmd.Context(), errOut,
+				"bench: interrupted: stopping the workers gracefully (interrupt again to stop them at once)")
 			rep, err := bench.Run(cmd.Context(), cfg)
+			release()
 			if bar != nil {
 				bar.clear()
 			}

@@ -121,31 +121,34 @@ type testWorker struct {
 	stop func() error
 }
 
-// startWorker runs a worker for flow against pool until stop is called or the test ends, and waits until it is
-// registered (its flow is then compiled).
+// startWorker runs a worker for flow against pool until stop is called or the test ends; it returns once the
+// worker runs (its flow is then compiled).
 func startWorker(t *testing.T, pool *pgxpool.Pool, flow pgflow.AnyFlow) *testWorker {
 	t.Helper()
 	logs := &syncBuffer{}
-	w, err := pgflow.NewWorker(pool, flow, pgflow.WorkerConfig{
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	client, err := pgflow.NewClient(pool, &pgflow.ClientConfig{Logger: logger})
+	require.NoError(t, err)
+	w, err := pgflow.NewWorker(client, &pgflow.WorkerConfig{
+		Flows:               []pgflow.WorkerFlow{{Flow: flow}},
 		MaxPollWait:         time.Second,
 		PollInterval:        20 * time.Millisecond,
 		HeartbeatInterval:   200 * time.Millisecond,
 		ShutdownTimeout:     20 * time.Second,
 		MaintenanceInterval: -1,
-		Logger:              slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger:              logger,
 	})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
 	var once sync.Once
-	var runErr error
+	var stopErr error
 	stop := func() error {
 		once.Do(func() {
-			cancel()
-			runErr = <-done
+			ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+			defer cancel()
+			stopErr = w.Stop(ctx)
+			client.Close()
 		})
-		return runErr
+		return stopErr
 	}
 	t.Cleanup(func() {
 		_ = stop()
@@ -153,19 +156,17 @@ func startWorker(t *testing.T, pool *pgxpool.Pool, flow pgflow.AnyFlow) *testWor
 			t.Logf("worker logs:\n%s", logs.String())
 		}
 	})
-	wctx, wcancel := context.WithTimeout(context.Background(), waitLimit)
-	defer wcancel()
-	if err := waitForWorker(wctx, pool, w.ID(), done); err != nil {
-		once.Do(cancel) // Run has returned (its result was consumed), or it is cancelled now
-		require.NoError(t, err, "worker logs:\n%s", logs.String())
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	require.NoError(t, w.Start(ctx), "worker logs:\n%s", logs.String())
 	return &testWorker{id: w.ID(), stop: stop}
 }
 
 // waitTerminal waits until a run is completed or failed.
 func waitTerminal(t *testing.T, pool *pgxpool.Pool, runID string) *pgflow.Run {
 	t.Helper()
-	client := pgflow.NewClient(pool)
+	client, err := pgflow.NewClient(pool, nil)
+	require.NoError(t, err)
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()

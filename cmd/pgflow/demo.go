@@ -15,7 +15,6 @@ import (
 	"github.com/pgflow-go/pgflow"
 	"github.com/pgflow-go/pgflow/internal/backoff"
 	"github.com/pgflow-go/pgflow/internal/pgcluster"
-	"github.com/pgflow-go/pgflow/internal/sqlapi"
 	"github.com/pgflow-go/pgflow/schema"
 )
 
@@ -234,8 +233,15 @@ func runDemo(ctx context.Context, out, errOut io.Writer, cfg demoConfig) error {
 	}
 	defer pool.Close()
 
+	client, err := pgflow.NewClient(pool, &pgflow.ClientConfig{PollInterval: time.Second})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+
 	flow := demoFlow(pause)
-	worker, err := pgflow.NewWorker(pool, flow, pgflow.WorkerConfig{
+	worker, err := pgflow.NewWorker(client, &pgflow.WorkerConfig{
+		Flows:             []pgflow.WorkerFlow{{Flow: flow}},
 		MaxConcurrent:     8,
 		MaxPollWait:       time.Second,
 		PollInterval:      20 * time.Millisecond,
@@ -247,30 +253,31 @@ func runDemo(ctx context.Context, out, errOut io.Writer, cfg demoConfig) error {
 		return err
 	}
 	say("starting a worker for flow %s (it compiles the flow into the database)", demoFlowSlug)
-	workerCtx, stopWorker := context.WithCancel(ctx)
-	defer stopWorker()
-	workerDone := make(chan error, 1)
-	go func() { workerDone <- worker.Run(workerCtx) }()
+	if err := worker.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			say("interrupted: cleaning up")
+			return exitError{code: 130}
+		}
+		return fmt.Errorf("worker: %w", err)
+	}
+	// The worker stops gracefully (its handlers get up to ShutdownTimeout); a second signal stops it at once,
+	// its interrupted tasks going back to their queue.
 	workerStopped := false
 	stop := func() error {
 		if workerStopped {
 			return nil
 		}
 		workerStopped = true
-		stopWorker()
-		return <-workerDone
-	}
-	defer func() { _ = stop() }()
-
-	if err := waitForWorker(ctx, pool, worker.ID(), workerDone); err != nil {
-		workerStopped = true // Run has returned
+		err := worker.Stop(stopNowContext(ctx))
+		if errors.Is(err, context.Canceled) {
+			return nil // stopped at once on a second signal, as asked
+		}
 		return err
 	}
+	defer func() { _ = stop() }()
 	say("worker %s is running", worker.ID())
 
-	client := pgflow.NewClient(pool, pgflow.WithPollInterval(time.Second))
-	defer client.Close()
-	run, err := pgflow.StartRun(ctx, client, flow, demoInput)
+	run, err := pgflow.StartRun(ctx, client, flow, demoInput, nil)
 	if err != nil {
 		return err
 	}
@@ -279,7 +286,10 @@ func runDemo(ctx context.Context, out, errOut io.Writer, cfg demoConfig) error {
 	final, err := watchRun(ctx, client, pool, run.ID, view, time.Second)
 	if err != nil {
 		if ctx.Err() != nil {
-			say("interrupted: stopping the worker and cleaning up")
+			say("interrupted: stopping the worker gracefully (interrupt again to stop it at once) and cleaning up")
+			if err := stop(); err != nil {
+				fmt.Fprintf(errOut, "worker: %v\n", err)
+			}
 			return exitError{code: 130}
 		}
 		return err
@@ -319,30 +329,4 @@ func demoMigrate(ctx context.Context, url string, say func(string, ...any)) erro
 		say("installed the pgflow schema %s (PGMQ: %s)", report.Current, report.PGMQ)
 	}
 	return nil
-}
-
-// waitForWorker waits until the worker has registered, which it does after compiling its flow. It returns the
-// worker's startup error if Run returns first.
-func waitForWorker(ctx context.Context, pool sqlapi.DBTX, workerID string, done <-chan error) error {
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		w, err := sqlapi.GetWorker(ctx, pool, workerID)
-		if err != nil && ctx.Err() == nil {
-			return err
-		}
-		if w != nil && w.StoppedAt == nil {
-			return nil
-		}
-		select {
-		case err := <-done:
-			if err == nil {
-				err = errors.New("the worker stopped before it started")
-			}
-			return fmt.Errorf("worker: %w", err)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
 }

@@ -22,10 +22,11 @@ func TestFlowsCommand(t *testing.T) {
 
 	compileFlow(t, db.Pool, squaresFlow("squares"))
 	compileFlow(t, db.Pool, failingFlow("fragile"))
-	client := pgflow.NewClient(db.Pool)
+	client, err := pgflow.NewClient(db.Pool, nil)
+	require.NoError(t, err)
 	defer client.Close()
 	for range 2 {
-		_, err := client.StartRunJSON(context.Background(), "squares", json.RawMessage(`[1, 2, 3]`))
+		_, err := client.StartRunJSON(context.Background(), "squares", json.RawMessage(`[1, 2, 3]`), nil)
 		require.NoError(t, err)
 	}
 
@@ -69,9 +70,10 @@ func TestFlowsCommandMixedCaseSlug(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	compileFlow(t, db.Pool, squaresFlow("sumOfSquares"))
-	client := pgflow.NewClient(db.Pool)
+	client, err := pgflow.NewClient(db.Pool, nil)
+	require.NoError(t, err)
 	defer client.Close()
-	_, err := client.StartRunJSON(context.Background(), "sumOfSquares", json.RawMessage(`[1, 2]`))
+	_, err = client.StartRunJSON(context.Background(), "sumOfSquares", json.RawMessage(`[1, 2]`), nil)
 	require.NoError(t, err)
 
 	docs := decodeJSON[[]flowJSON](t, mustCLI(t, "--database-url", db.URL, "flows", "--json"))

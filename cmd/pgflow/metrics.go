@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/pgflow-go/pgflow"
 	"github.com/pgflow-go/pgflow/internal/dashboard"
 	"github.com/pgflow-go/pgflow/pgflowprom"
 )
@@ -26,6 +27,7 @@ type metricsServer struct {
 	srv    *http.Server
 	ln     net.Listener
 	served chan error
+	client *pgflow.Client // the database collector's reads
 }
 
 // checkMetricsListen applies the dashboard's rule to the metrics address: anything but loopback needs a token.
@@ -44,14 +46,19 @@ func checkMetricsListen(addr, token string) error {
 // allowedHosts (normalized with dashboard.NormalizeAllowedHosts), as for the dashboard.
 func startMetricsServer(addr, token string, allowedHosts []string, pool *pgxpool.Pool, staleAfter time.Duration, log *slog.Logger,
 	extra ...prometheus.Collector) (*metricsServer, error) {
+	client, err := pgflow.NewClient(pool, &pgflow.ClientConfig{Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		pgflowprom.NewDatabaseCollector(pool, pgflowprom.DatabaseOptions{StaleAfter: staleAfter, Logger: log}),
+		pgflowprom.NewDatabaseCollector(client, pgflowprom.DatabaseOptions{StaleAfter: staleAfter, Logger: log}),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	for _, c := range extra {
 		if err := reg.Register(c); err != nil {
+			client.Close()
 			return nil, fmt.Errorf("metrics: register %T: %w", c, err)
 		}
 	}
@@ -63,12 +70,14 @@ func startMetricsServer(addr, token string, allowedHosts []string, pool *pgxpool
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
+		client.Close()
 		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
 	}
 	m := &metricsServer{
 		srv:    &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second},
 		ln:     ln,
 		served: make(chan error, 1),
+		client: client,
 	}
 	go func() { m.served <- m.srv.Serve(ln) }()
 	return m, nil
@@ -79,6 +88,7 @@ func (m *metricsServer) Addr() string { return m.ln.Addr().String() }
 
 // Close stops the server, waiting a few seconds for scrapes in progress.
 func (m *metricsServer) Close() error {
+	defer m.client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := m.srv.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {

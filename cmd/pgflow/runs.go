@@ -47,7 +47,12 @@ func openClientSession(ctx context.Context, g *globalOptions) (*clientSession, e
 	if err != nil {
 		return nil, err
 	}
-	return &clientSession{pool: pool, client: pgflow.NewClient(pool, pgflow.WithPollInterval(time.Second))}, nil
+	client, err := pgflow.NewClient(pool, &pgflow.ClientConfig{PollInterval: time.Second})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &clientSession{pool: pool, client: client}, nil
 }
 
 func (s *clientSession) Close() {
@@ -92,11 +97,7 @@ echoed back whole: the text shows at most its first 200 characters, and --json l
 			}
 			defer s.Close()
 
-			var opts []pgflow.StartOption
-			if runID != "" {
-				opts = append(opts, pgflow.WithRunID(runID))
-			}
-			run, err := s.client.StartRunJSON(ctx, flow, raw, opts...)
+			run, err := s.client.StartRunJSON(ctx, flow, raw, &pgflow.StartOpts{RunID: runID})
 			switch {
 			case errors.Is(err, pgflow.ErrFlowNotFound):
 				return fmt.Errorf("flow %q not found in the database: a worker compiles its flow when it starts (or run the "+

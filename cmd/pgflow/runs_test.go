@@ -247,10 +247,11 @@ func TestRunsWatchPlain(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	startWorker(t, db.Pool, squaresFlow("squares"))
-	client := pgflow.NewClient(db.Pool)
+	client, err := pgflow.NewClient(db.Pool, nil)
+	require.NoError(t, err)
 	defer client.Close()
 
-	run, err := client.StartRunJSON(context.Background(), "squares", json.RawMessage(`[1, 2, 3, 4]`))
+	run, err := client.StartRunJSON(context.Background(), "squares", json.RawMessage(`[1, 2, 3, 4]`), nil)
 	require.NoError(t, err)
 	// The output is not a terminal, so the view appends lines.
 	out := mustCLI(t, "--database-url", db.URL, "runs", "watch", run.ID)
@@ -271,9 +272,10 @@ func TestRunsWatchFailedRun(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	compileFlow(t, db.Pool, failingFlow("fragile"))
-	client := pgflow.NewClient(db.Pool)
+	client, err := pgflow.NewClient(db.Pool, nil)
+	require.NoError(t, err)
 	defer client.Close()
-	run, err := client.StartRunJSON(context.Background(), "fragile", json.RawMessage(`{}`))
+	run, err := client.StartRunJSON(context.Background(), "fragile", json.RawMessage(`{}`), nil)
 	require.NoError(t, err)
 
 	// The worker starts while watch already waits.
@@ -302,13 +304,13 @@ func TestWatchRunWithoutNotificationsPolls(t *testing.T) {
 	require.NoError(t, err)
 	listen.Port = 1 // nothing listens there
 	listen.ConnectTimeout = time.Second
-	client := pgflow.NewClient(db.Pool, pgflow.WithListenConfig(listen),
-		pgflow.WithLogger(slog.New(slog.DiscardHandler)))
+	client, err := pgflow.NewClient(db.Pool, &pgflow.ClientConfig{ListenConfig: listen, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
 	defer client.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	run, err := client.StartRunJSON(ctx, "squares", json.RawMessage(`[2, 3]`))
+	run, err := client.StartRunJSON(ctx, "squares", json.RawMessage(`[2, 3]`), nil)
 	require.NoError(t, err)
 	var out bytes.Buffer
 	final, err := watchRun(ctx, client, db.Pool, run.ID, newProgressView(&out, false), 50*time.Millisecond)

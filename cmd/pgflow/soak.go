@@ -43,6 +43,8 @@ func (s *soakFlags) run(cmd *cobra.Command, opts *globalOptions, asJSON, verbose
 		faultEvery = -1
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "soak: %s of load with %d workers, then draining (up to %s)…\n", s.duration, s.workers, s.drain)
+	release := announceInterrupt(cmd.Context(), cmd.ErrOrStderr(),
+		"soak: interrupted: stopping the workers gracefully (interrupt again to stop them at once)")
 	rep, err := reliability.Soak(cmd.Context(), reliability.SoakConfig{
 		DatabaseURL:   opts.databaseURL,
 		Duration:      s.duration,
@@ -52,7 +54,9 @@ func (s *soakFlags) run(cmd *cobra.Command, opts *globalOptions, asJSON, verbose
 		CaptureEvents: s.events,
 		DrainTimeout:  s.drain,
 		Logger:        slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})),
+		StopNow:       stopNowContext(cmd.Context()),
 	})
+	release()
 	if err != nil {
 		return err
 	}

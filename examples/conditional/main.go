@@ -131,8 +131,7 @@ func SignupFlow() *pgflow.Flow[Input] {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, stopNow := signalContexts()
 	in := Input{Email: "ada@example.com", Plan: "pro", Newsletter: true}
 	if len(os.Args) > 2 {
 		in = Input{Email: os.Args[1], Plan: os.Args[2]}
@@ -142,7 +141,7 @@ func main() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	run, err := Run(ctx, pool, in)
+	run, err := Run(ctx, stopNow, pool, in)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -159,46 +158,50 @@ func main() {
 
 // Run starts a worker for SignupFlow, starts one run with input, waits until it completed or failed, stops the
 // worker and returns the run.
-func Run(ctx context.Context, pool *pgxpool.Pool, input Input) (*pgflow.Run, error) {
+func Run(ctx, stopNow context.Context, pool *pgxpool.Pool, input Input) (*pgflow.Run, error) {
 	flow := SignupFlow()
-	worker, err := pgflow.NewWorker(pool, flow, pgflow.WorkerConfig{})
+	client, err := pgflow.NewClient(pool, nil)
 	if err != nil {
 		return nil, err
 	}
-	workerCtx, stopWorker := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- worker.Run(workerCtx) }()
+	defer client.Close()
+	worker, err := pgflow.NewWorker(client, &pgflow.WorkerConfig{Flows: []pgflow.WorkerFlow{{Flow: flow}}})
+	if err != nil {
+		return nil, err
+	}
+	if err := worker.Start(ctx); err != nil { // returns once the worker runs; it has compiled the flow
+		return nil, err
+	}
 	defer func() {
-		stopWorker() // graceful: in-flight handlers finish and report first
-		if err := <-done; err != nil {
+		// Graceful: in-flight handlers finish and report first. stopNow ending (a second signal) stops at once:
+		// handlers are cancelled and their tasks go back to the queue without spending an attempt.
+		if err := worker.Stop(stopNow); err != nil {
 			log.Printf("worker: %v", err)
 		}
 	}()
 
-	client := pgflow.NewClient(pool)
-	defer client.Close()
-	run, err := startWhenCompiled(ctx, client, flow, input, done)
+	run, err := pgflow.StartRun(ctx, client, flow, input, nil)
 	if err != nil {
 		return nil, err
 	}
 	return client.WaitRun(ctx, run.ID)
 }
 
-// startWhenCompiled starts a run once the worker has compiled the flow into the database (it does so when it
-// starts). A worker that stops early reports its error on done, which is then put back for the caller.
-func startWhenCompiled[I any](ctx context.Context, client *pgflow.Client, flow *pgflow.Flow[I], input I, done chan error) (*pgflow.Run, error) {
-	for {
-		run, err := pgflow.StartRun(ctx, client, flow, input)
-		if !errors.Is(err, pgflow.ErrFlowNotFound) {
-			return run, err
-		}
-		select {
-		case werr := <-done:
-			done <- werr
-			return nil, fmt.Errorf("the worker stopped before compiling the flow: %w", errors.Join(werr, err))
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+// signalContexts returns ctx, which the first SIGINT or SIGTERM ends, and stopNow, which the second one ends.
+// The first signal begins a graceful shutdown: Run stops waiting and stops the worker, whose running handlers
+// finish and report first. The second cuts it short: handlers are cancelled and their tasks go back to the queue.
+func signalContexts() (ctx, stopNow context.Context) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopNow, cancelStopNow := context.WithCancel(context.Background())
+	go func() {
+		<-sigs
+		log.Print("graceful shutdown began (running handlers finish first); interrupt again to stop at once")
+		cancel()
+		<-sigs
+		log.Print("stopping at once: interrupted tasks go back to their queue")
+		cancelStopNow()
+	}()
+	return ctx, stopNow
 }

@@ -29,7 +29,7 @@ func TestSignupProWithNewsletter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	run, err := Run(ctx, db.Pool, Input{Email: "ada@example.com", Plan: "pro", Newsletter: true})
+	run, err := Run(ctx, context.Background(), db.Pool, Input{Email: "ada@example.com", Plan: "pro", Newsletter: true})
 	require.NoError(t, err)
 	require.Equal(t, pgflow.RunCompleted, run.Status)
 	require.Equal(t, map[string]string{
@@ -54,7 +54,7 @@ func TestSignupFreeWithoutNewsletter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	run, err := Run(ctx, db.Pool, Input{Email: "linus@example.com", Plan: "free"})
+	run, err := Run(ctx, context.Background(), db.Pool, Input{Email: "linus@example.com", Plan: "free"})
 	require.NoError(t, err)
 	require.Equal(t, pgflow.RunCompleted, run.Status)
 	require.Equal(t, map[string]string{

@@ -154,8 +154,7 @@ func topWords(text string, n int) []string {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, stopNow := signalContexts()
 	url := "https://example.com/posts/postgres-queues"
 	if len(os.Args) > 1 {
 		url = os.Args[1]
@@ -165,7 +164,7 @@ func main() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	out, err := Run(ctx, pool, Input{URL: url})
+	out, err := Run(ctx, stopNow, pool, Input{URL: url})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -174,25 +173,29 @@ func main() {
 
 // Run starts a worker for ArticleFlow, starts one run with input, waits for it, stops the worker and returns
 // the run's output.
-func Run(ctx context.Context, pool *pgxpool.Pool, input Input) (Output, error) {
+func Run(ctx, stopNow context.Context, pool *pgxpool.Pool, input Input) (Output, error) {
 	flow := ArticleFlow()
-	worker, err := pgflow.NewWorker(pool, flow, pgflow.WorkerConfig{})
+	client, err := pgflow.NewClient(pool, nil)
 	if err != nil {
 		return Output{}, err
 	}
-	workerCtx, stopWorker := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- worker.Run(workerCtx) }()
+	defer client.Close()
+	worker, err := pgflow.NewWorker(client, &pgflow.WorkerConfig{Flows: []pgflow.WorkerFlow{{Flow: flow}}})
+	if err != nil {
+		return Output{}, err
+	}
+	if err := worker.Start(ctx); err != nil { // returns once the worker runs; it has compiled the flow
+		return Output{}, err
+	}
 	defer func() {
-		stopWorker() // graceful: in-flight handlers finish and report first
-		if err := <-done; err != nil {
+		// Graceful: in-flight handlers finish and report first. stopNow ending (a second signal) stops at once:
+		// handlers are cancelled and their tasks go back to the queue without spending an attempt.
+		if err := worker.Stop(stopNow); err != nil {
 			log.Printf("worker: %v", err)
 		}
 	}()
 
-	client := pgflow.NewClient(pool)
-	defer client.Close()
-	run, err := startWhenCompiled(ctx, client, flow, input, done)
+	run, err := pgflow.StartRun(ctx, client, flow, input, nil)
 	if err != nil {
 		return Output{}, err
 	}
@@ -203,26 +206,26 @@ func Run(ctx context.Context, pool *pgxpool.Pool, input Input) (Output, error) {
 	return pgflow.RunOutput[Output](run) // an error naming the failed steps if the run failed
 }
 
-// startWhenCompiled starts a run once the worker has compiled the flow into the database (it does so when it
-// starts). A worker that stops early reports its error on done, which is then put back for the caller.
-func startWhenCompiled[I any](ctx context.Context, client *pgflow.Client, flow *pgflow.Flow[I], input I, done chan error) (*pgflow.Run, error) {
-	for {
-		run, err := pgflow.StartRun(ctx, client, flow, input)
-		if !errors.Is(err, pgflow.ErrFlowNotFound) {
-			return run, err
-		}
-		select {
-		case werr := <-done:
-			done <- werr
-			return nil, fmt.Errorf("the worker stopped before compiling the flow: %w", errors.Join(werr, err))
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 func printJSON(w io.Writer, v any) {
 	b, _ := json.MarshalIndent(v, "", "  ")
 	fmt.Fprintln(w, string(b))
+}
+
+// signalContexts returns ctx, which the first SIGINT or SIGTERM ends, and stopNow, which the second one ends.
+// The first signal begins a graceful shutdown: Run stops waiting and stops the worker, whose running handlers
+// finish and report first. The second cuts it short: handlers are cancelled and their tasks go back to the queue.
+func signalContexts() (ctx, stopNow context.Context) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopNow, cancelStopNow := context.WithCancel(context.Background())
+	go func() {
+		<-sigs
+		log.Print("graceful shutdown began (running handlers finish first); interrupt again to stop at once")
+		cancel()
+		<-sigs
+		log.Print("stopping at once: interrupted tasks go back to their queue")
+		cancelStopNow()
+	}()
+	return ctx, stopNow
 }

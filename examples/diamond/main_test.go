@@ -17,7 +17,7 @@ func TestArticleFlowRunsTheDiamond(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	out, err := Run(ctx, db.Pool, Input{URL: "https://example.com/posts/postgres-queues"})
+	out, err := Run(ctx, context.Background(), db.Pool, Input{URL: "https://example.com/posts/postgres-queues"})
 	require.NoError(t, err)
 	require.Equal(t, Output{Publish: Post{
 		URL:      "https://example.com/posts/postgres-queues",
@@ -51,7 +51,7 @@ func TestArticleFlowFailsWithoutURL(t *testing.T) {
 	defer cancel()
 
 	// fetch fails on each of its 3 attempts (with retry delays of 2 s and 4 s), then the run fails.
-	_, err := Run(ctx, db.Pool, Input{})
+	_, err := Run(ctx, context.Background(), db.Pool, Input{})
 	require.ErrorIs(t, err, pgflow.ErrRunFailed)
 	require.ErrorContains(t, err, `step "fetch": input has no url`)
 }

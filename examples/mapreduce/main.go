@@ -15,7 +15,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -115,8 +114,7 @@ func WordCountFlow() *pgflow.Flow[Input] {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, stopNow := signalContexts()
 	docs := os.Args[1:]
 	if len(docs) == 0 {
 		docs = []string{"The quick brown fox.", "The lazy dog sleeps.", "The fox jumps over the dog."}
@@ -126,7 +124,7 @@ func main() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	out, err := Run(ctx, pool, Input{Documents: docs})
+	out, err := Run(ctx, stopNow, pool, Input{Documents: docs})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -136,25 +134,29 @@ func main() {
 
 // Run starts a worker for WordCountFlow, starts one run with input, waits for it, stops the worker and returns
 // the run's output.
-func Run(ctx context.Context, pool *pgxpool.Pool, input Input) (Output, error) {
+func Run(ctx, stopNow context.Context, pool *pgxpool.Pool, input Input) (Output, error) {
 	flow := WordCountFlow()
-	worker, err := pgflow.NewWorker(pool, flow, pgflow.WorkerConfig{MaxConcurrent: 8})
+	client, err := pgflow.NewClient(pool, nil)
 	if err != nil {
 		return Output{}, err
 	}
-	workerCtx, stopWorker := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- worker.Run(workerCtx) }()
+	defer client.Close()
+	worker, err := pgflow.NewWorker(client, &pgflow.WorkerConfig{Flows: []pgflow.WorkerFlow{{Flow: flow}}, MaxConcurrent: 8})
+	if err != nil {
+		return Output{}, err
+	}
+	if err := worker.Start(ctx); err != nil { // returns once the worker runs; it has compiled the flow
+		return Output{}, err
+	}
 	defer func() {
-		stopWorker() // graceful: in-flight handlers finish and report first
-		if err := <-done; err != nil {
+		// Graceful: in-flight handlers finish and report first. stopNow ending (a second signal) stops at once:
+		// handlers are cancelled and their tasks go back to the queue without spending an attempt.
+		if err := worker.Stop(stopNow); err != nil {
 			log.Printf("worker: %v", err)
 		}
 	}()
 
-	client := pgflow.NewClient(pool)
-	defer client.Close()
-	run, err := startWhenCompiled(ctx, client, flow, input, done)
+	run, err := pgflow.StartRun(ctx, client, flow, input, nil)
 	if err != nil {
 		return Output{}, err
 	}
@@ -165,21 +167,21 @@ func Run(ctx context.Context, pool *pgxpool.Pool, input Input) (Output, error) {
 	return pgflow.RunOutput[Output](run)
 }
 
-// startWhenCompiled starts a run once the worker has compiled the flow into the database (it does so when it
-// starts). A worker that stops early reports its error on done, which is then put back for the caller.
-func startWhenCompiled[I any](ctx context.Context, client *pgflow.Client, flow *pgflow.Flow[I], input I, done chan error) (*pgflow.Run, error) {
-	for {
-		run, err := pgflow.StartRun(ctx, client, flow, input)
-		if !errors.Is(err, pgflow.ErrFlowNotFound) {
-			return run, err
-		}
-		select {
-		case werr := <-done:
-			done <- werr
-			return nil, fmt.Errorf("the worker stopped before compiling the flow: %w", errors.Join(werr, err))
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+// signalContexts returns ctx, which the first SIGINT or SIGTERM ends, and stopNow, which the second one ends.
+// The first signal begins a graceful shutdown: Run stops waiting and stops the worker, whose running handlers
+// finish and report first. The second cuts it short: handlers are cancelled and their tasks go back to the queue.
+func signalContexts() (ctx, stopNow context.Context) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopNow, cancelStopNow := context.WithCancel(context.Background())
+	go func() {
+		<-sigs
+		log.Print("graceful shutdown began (running handlers finish first); interrupt again to stop at once")
+		cancel()
+		<-sigs
+		log.Print("stopping at once: interrupted tasks go back to their queue")
+		cancelStopNow()
+	}()
+	return ctx, stopNow
 }

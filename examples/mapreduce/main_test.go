@@ -17,7 +17,7 @@ func TestWordCountFansOutAndIn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	out, err := Run(ctx, db.Pool, Input{Documents: []string{
+	out, err := Run(ctx, context.Background(), db.Pool, Input{Documents: []string{
 		"The quick brown fox.", "  ", "The lazy dog sleeps.", "The fox jumps over the dog.",
 	}})
 	require.NoError(t, err)
@@ -48,7 +48,7 @@ func TestWordCountWithoutDocuments(t *testing.T) {
 	defer cancel()
 
 	// An empty map completes with [] and no tasks; merge still runs.
-	out, err := Run(ctx, db.Pool, Input{})
+	out, err := Run(ctx, context.Background(), db.Pool, Input{})
 	require.NoError(t, err)
 	require.Equal(t, Output{Merge: Totals{Top: []WordCount{}}}, out)
 	var tasks int

@@ -5,6 +5,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -77,6 +78,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Progress, when set, is called with the progress of the running phase (a few times per second).
 	Progress func(Progress)
+	// StopNow, when it ends, cuts the workers' graceful stop short (their handlers are cancelled and their tasks
+	// released), e.g. on a second SIGINT. Nil: workers stop gracefully, each within its shutdown timeout.
+	StopNow context.Context
 }
 
 // Progress describes the running phase.

@@ -123,81 +123,80 @@ func (e *env) vacuum(ctx context.Context) error {
 	return nil
 }
 
-// workerSet is the workers of one scenario, each with its own pool.
+// workerSet is the workers of one scenario, each with its own pool and client (like separate processes).
 type workerSet struct {
-	pools  []*pgxpool.Pool
-	cancel context.CancelFunc
-	done   chan error
-	n      int
+	pools   []*pgxpool.Pool
+	clients []*pgflow.Client
+	workers []*pgflow.Worker
+	done    chan error // one value per started worker once it has stopped
+	n       int        // started workers whose value was not yet received from done
+	stopNow context.Context
 }
 
-// startWorkers starts n workers for a fresh definition of the scenario's flow and waits until they have
-// registered.
+// startWorkers starts n workers for a fresh definition of the scenario's flow; it returns once they run.
 func (e *env) startWorkers(ctx context.Context, cfg Config, scenario string, n int, wcfg pgflow.WorkerConfig) (*workerSet, error) {
 	return e.startTracedWorkers(ctx, cfg, scenario, n, wcfg, nil)
 }
 
 func (e *env) startTracedWorkers(ctx context.Context, cfg Config, scenario string, n int, wcfg pgflow.WorkerConfig, tracer *statementCounter) (*workerSet, error) {
-	ws := &workerSet{done: make(chan error, n), n: n}
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	ws.cancel = cancel
-	var ids []string
+	ws := &workerSet{done: make(chan error, n), stopNow: cfg.StopNow}
+	if ws.stopNow == nil {
+		ws.stopNow = context.WithoutCancel(ctx)
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
 	for i := range n {
 		bf, err := flowFor(scenario)
 		if err != nil {
-			ws.stop()
-			return nil, err
+			return nil, errors.Join(err, ws.stop())
 		}
 		pool, err := newTracedPool(ctx, e.url, fmt.Sprintf("%s-%d", workerApp, i), cfg.PoolSize, tracer)
 		if err != nil {
-			ws.stop()
-			return nil, err
+			return nil, errors.Join(err, ws.stop())
 		}
 		ws.pools = append(ws.pools, pool)
-		wcfg.Logger = cfg.Logger
-		w, err := pgflow.NewWorker(pool, bf.flow, wcfg)
+		client, err := pgflow.NewClient(pool, &pgflow.ClientConfig{Logger: cfg.Logger})
 		if err != nil {
-			ws.stop()
-			return nil, err
+			return nil, errors.Join(err, ws.stop())
 		}
-		ids = append(ids, w.ID())
-		go func() { ws.done <- w.Run(wctx) }()
+		ws.clients = append(ws.clients, client)
+		c := wcfg
+		c.Flows = []pgflow.WorkerFlow{{Flow: bf.flow}}
+		c.Logger = cfg.Logger
+		w, err := pgflow.NewWorker(client, &c)
+		if err != nil {
+			return nil, errors.Join(err, ws.stop())
+		}
+		if err := w.Start(startCtx); err != nil {
+			return nil, errors.Join(fmt.Errorf("start worker %d: %w", i+1, err), ws.stop())
+		}
+		ws.workers = append(ws.workers, w)
+		ws.n++
+		go func() {
+			<-w.Stopped()
+			ws.done <- fmt.Errorf("worker %s stopped", w.ID())
+		}()
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		var live int
-		e.monQueries.Add(1)
-		if err := e.mon.QueryRow(ctx, `select count(*) from pgflow.workers as w where w.worker_id = any ($1::uuid[]) and w.stopped_at is null`, ids).Scan(&live); err != nil {
-			ws.stop()
-			return nil, fmt.Errorf("wait for the workers to register: %w", err)
-		}
-		if live == n {
-			return ws, nil
-		}
-		select {
-		case err := <-ws.done:
-			ws.n--
-			ws.stop()
-			return nil, fmt.Errorf("a worker stopped during startup: %v", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			ws.stop()
-			return nil, errors.New("the workers did not register within 60 s")
-		}
-	}
+	return ws, nil
 }
 
-// stop shuts the workers down gracefully and closes their pools.
+// stop shuts the workers down gracefully (each within its ShutdownTimeout) and closes their clients and pools.
 func (ws *workerSet) stop() error {
-	ws.cancel()
-	var errs []error
+	errs := make([]error, len(ws.workers))
+	var wg sync.WaitGroup
+	for i, w := range ws.workers {
+		wg.Go(func() { errs[i] = w.Stop(ws.stopNow) })
+	}
+	wg.Wait()
 	for range ws.n {
-		if err := <-ws.done; err != nil {
-			errs = append(errs, err)
-		}
+		_ = <-ws.done // "worker ... stopped": expected now
 	}
 	ws.n = 0
+	ws.workers = nil
+	for _, c := range ws.clients {
+		c.Close()
+	}
+	ws.clients = nil
 	for _, p := range ws.pools {
 		p.Close()
 	}

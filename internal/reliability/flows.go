@@ -62,8 +62,8 @@ var ErrInjected = errors.New("reliability: injected handler failure")
 
 // FlowOptions are the options every reliability flow is created with (a worker only uses them when it creates the
 // flow; shapes compare without them).
-func FlowOptions() []pgflow.Option {
-	return []pgflow.Option{pgflow.Timeout(StepTimeout), pgflow.MaxAttempts(5), pgflow.BaseDelay(time.Second)}
+func FlowOptions() []pgflow.FlowOption {
+	return []pgflow.FlowOption{pgflow.Timeout(StepTimeout), pgflow.MaxAttempts(5), pgflow.BaseDelay(time.Second)}
 }
 
 // NewFlow returns the reliability flow named slug (OneStepFlow or MapFlow) wired to h.

@@ -30,6 +30,9 @@ type SoakConfig struct {
 	CaptureEvents bool          // install a realtime.send that records events (always on a throwaway cluster)
 	DrainTimeout  time.Duration // how long to wait for the backlog after the load stops; default 3 min
 	Logger        *slog.Logger  // the workers' logs; default: discarded
+	// StopNow, when it ends, cuts the workers' graceful stop short (their handlers are cancelled and their tasks
+	// released), e.g. on a second SIGINT. Nil: the workers stop gracefully, each within its shutdown timeout.
+	StopNow context.Context
 }
 
 // SoakReport is what Soak found.
@@ -109,11 +112,39 @@ func Soak(ctx context.Context, cfg SoakConfig) (SoakReport, error) {
 	}
 	defer pool.Close()
 
-	// Workers, each with a pool of its own, half of them per flow.
-	workCtx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopWorkers()
-	var wg sync.WaitGroup
-	errs := make(chan error, cfg.Workers)
+	// Workers, each with a pool and a client of its own (like separate processes), half of them per flow.
+	stopNow := cfg.StopNow
+	if stopNow == nil {
+		stopNow = context.WithoutCancel(ctx)
+	}
+	var (
+		workers []*pgflow.Worker
+		clients []*pgflow.Client
+		pools   []*pgxpool.Pool
+	)
+	stopWorkers := func() error {
+		errs := make([]error, len(workers))
+		var wg sync.WaitGroup
+		for i, w := range workers {
+			wg.Go(func() {
+				if err := w.Stop(stopNow); err != nil {
+					errs[i] = fmt.Errorf("reliability: stop soak worker %s: %w", w.ID(), err)
+				}
+			})
+		}
+		wg.Wait()
+		workers = nil
+		return errors.Join(errs...)
+	}
+	defer func() {
+		_ = stopWorkers()
+		for _, c := range clients {
+			c.Close()
+		}
+		for _, p := range pools {
+			p.Close()
+		}
+	}()
 	rec := DBRecorder{DB: pool}
 	for i := range cfg.Workers {
 		slug := OneStepFlow
@@ -124,12 +155,18 @@ func Soak(ctx context.Context, cfg SoakConfig) (SoakReport, error) {
 		if err != nil {
 			return SoakReport{}, err
 		}
-		defer wp.Close()
+		pools = append(pools, wp)
+		client, err := pgflow.NewClient(wp, &pgflow.ClientConfig{Logger: cfg.Logger})
+		if err != nil {
+			return SoakReport{}, err
+		}
+		clients = append(clients, client)
 		flow, err := NewFlow(slug, Handlers{Recorder: rec})
 		if err != nil {
 			return SoakReport{}, err
 		}
-		w, err := pgflow.NewWorker(wp, flow, pgflow.WorkerConfig{
+		w, err := pgflow.NewWorker(client, &pgflow.WorkerConfig{
+			Flows:               []pgflow.WorkerFlow{{Flow: flow}},
 			MaxConcurrent:       cfg.MaxConcurrent,
 			MaxPollWait:         time.Second,
 			PollInterval:        20 * time.Millisecond,
@@ -141,11 +178,10 @@ func Soak(ctx context.Context, cfg SoakConfig) (SoakReport, error) {
 		if err != nil {
 			return SoakReport{}, err
 		}
-		wg.Go(func() {
-			if err := w.Run(workCtx); err != nil {
-				errs <- fmt.Errorf("reliability: soak worker %s of %s: %w", w.ID(), slug, err)
-			}
-		})
+		if err := w.Start(ctx); err != nil {
+			return SoakReport{}, fmt.Errorf("reliability: start soak worker of %s: %w", slug, err)
+		}
+		workers = append(workers, w)
 	}
 
 	rep := SoakReport{Duration: cfg.Duration}
@@ -154,12 +190,7 @@ func Soak(ctx context.Context, cfg SoakConfig) (SoakReport, error) {
 	if err == nil {
 		err = soakDrain(ctx, pool, cfg.DrainTimeout)
 	}
-	stopWorkers()
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		err = errors.Join(err, e)
-	}
+	err = errors.Join(err, stopWorkers())
 	rep.Elapsed = time.Since(start)
 	if err != nil {
 		return rep, err

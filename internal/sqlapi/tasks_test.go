@@ -38,12 +38,12 @@ func TestListRunTasks(t *testing.T) {
 
 	// Claim and fail task 1 once (it is retried), complete task 0.
 	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, workerA, "fan", "test"))
-	claimed, err := sqlapi.StartTasks(ctx, db.Pool, "fan", []int64{*tasks[0].MessageID, *tasks[1].MessageID}, workerA)
+	claimed, err := sqlapi.StartTasks(ctx, db.Pool, "fan", "fan", []int64{*tasks[0].MessageID, *tasks[1].MessageID}, workerA)
 	require.NoError(t, err)
 	require.Len(t, claimed, 2)
-	_, err = sqlapi.CompleteTask(ctx, db.Pool, runID, "each", 0, json.RawMessage(`"X"`))
+	_, err = sqlapi.CompleteTasks(ctx, db.Pool, []sqlapi.TaskResult{{RunID: runID, StepSlug: "each", TaskIndex: 0, Output: json.RawMessage(`"X"`), Attempt: 1}})
 	require.NoError(t, err)
-	_, err = sqlapi.FailTask(ctx, db.Pool, runID, "each", 1, "boom")
+	_, err = sqlapi.FailTaskAt(ctx, db.Pool, sqlapi.TaskRef{RunID: runID, StepSlug: "each", TaskIndex: 1, Attempt: 1}, "boom", false)
 	require.NoError(t, err)
 
 	tasks, err = sqlapi.ListRunTasks(ctx, db.Pool, sqlapi.ListRunTasksParams{RunID: runID})

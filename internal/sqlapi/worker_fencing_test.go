@@ -11,20 +11,6 @@ import (
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
 )
 
-// The schema (v0.20.0) offers batching and fencing; before, HasWorkerBatching looked for the four-argument
-// complete_tasks only and found nothing once v0.20.0 added the attempts argument.
-func TestSchemaHasBatchingAndFencing(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.New(t)
-	ok, err := sqlapi.HasWorkerBatching(ctx, db.Pool)
-	require.NoError(t, err)
-	require.True(t, ok)
-	ok, err = sqlapi.HasAttemptFencing(ctx, db.Pool)
-	require.NoError(t, err)
-	require.True(t, ok)
-}
-
 // claimOnly reads and claims the task of flow "only" step and returns it.
 func claimOnly(t *testing.T, slug string) (*pgtest.DB, sqlapi.ClaimedTask) {
 	t.Helper()
@@ -37,7 +23,7 @@ func claimOnly(t *testing.T, slug string) (*pgtest.DB, sqlapi.ClaimedTask) {
 	msgs, err := sqlapi.Read(ctx, db.Pool, slug, 30, 10)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
-	tasks, err := sqlapi.StartTasks(ctx, db.Pool, slug, []int64{msgs[0].ID}, workerA)
+	tasks, err := sqlapi.StartTasks(ctx, db.Pool, slug, slug, []int64{msgs[0].ID}, workerA)
 	require.NoError(t, err)
 	require.Len(t, tasks, 1)
 	return db, tasks[0]
@@ -53,7 +39,7 @@ func recoverAndReclaim(t *testing.T, db *pgtest.DB, slug string, tk sqlapi.Claim
 	require.NoError(t, err)
 	require.True(t, ran)
 	require.Equal(t, 1, n)
-	tasks, err := sqlapi.StartTasks(ctx, db.Pool, slug, []int64{tk.MsgID}, workerB)
+	tasks, err := sqlapi.StartTasks(ctx, db.Pool, slug, slug, []int64{tk.MsgID}, workerB)
 	require.NoError(t, err)
 	require.Len(t, tasks, 1)
 	return tasks[0]
@@ -85,7 +71,7 @@ func TestFencedCompleteFailAndRelease(t *testing.T) {
 	require.Equal(t, sqlapi.OutcomeStale, failed.Outcome)
 	require.Equal(t, "queued", failed.Status)
 
-	second, err := sqlapi.StartTasks(ctx, db.Pool, "fenced", []int64{first.MsgID}, workerB)
+	second, err := sqlapi.StartTasks(ctx, db.Pool, "fenced", "fenced", []int64{first.MsgID}, workerB)
 	require.NoError(t, err)
 	require.Len(t, second, 1)
 	require.Equal(t, 2, second[0].Attempt)
@@ -93,7 +79,7 @@ func TestFencedCompleteFailAndRelease(t *testing.T) {
 	ref2.Attempt = 2
 
 	// Attempt 1 reports again: stale for a completion, a failure and a release; attempt 2 still runs.
-	done, err := sqlapi.CompleteTasks(ctx, db.Pool, []sqlapi.TaskResult{{RunID: first.RunID, StepSlug: "only", Output: json.RawMessage(`1`), Attempt: 1}}, true)
+	done, err := sqlapi.CompleteTasks(ctx, db.Pool, []sqlapi.TaskResult{{RunID: first.RunID, StepSlug: "only", Output: json.RawMessage(`1`), Attempt: 1}})
 	require.NoError(t, err)
 	require.Equal(t, sqlapi.OutcomeStale, done[0].Outcome)
 	failed, err = sqlapi.FailTaskAt(ctx, db.Pool, ref1, "late", true)
@@ -107,7 +93,7 @@ func TestFencedCompleteFailAndRelease(t *testing.T) {
 	released, err = sqlapi.ReleaseTasks(ctx, db.Pool, []sqlapi.TaskRef{ref2})
 	require.NoError(t, err)
 	require.Equal(t, []bool{true}, released)
-	third, err := sqlapi.StartTasks(ctx, db.Pool, "fenced", []int64{first.MsgID}, workerA)
+	third, err := sqlapi.StartTasks(ctx, db.Pool, "fenced", "fenced", []int64{first.MsgID}, workerA)
 	require.NoError(t, err)
 	require.Len(t, third, 1)
 	require.Equal(t, 2, third[0].Attempt)
@@ -118,7 +104,7 @@ func TestFencedCompleteFailAndRelease(t *testing.T) {
 	require.Equal(t, sqlapi.FailedTask{Status: "queued", Outcome: sqlapi.OutcomeRecorded, CurrentAttempt: 2}, failed)
 	_, err = db.Pool.Exec(ctx, `select pgmq.set_vt('fenced', $1, 0)`, first.MsgID)
 	require.NoError(t, err)
-	fourth, err := sqlapi.StartTasks(ctx, db.Pool, "fenced", []int64{first.MsgID}, workerA)
+	fourth, err := sqlapi.StartTasks(ctx, db.Pool, "fenced", "fenced", []int64{first.MsgID}, workerA)
 	require.NoError(t, err)
 	require.Len(t, fourth, 1)
 	ref3 := ref1
@@ -133,7 +119,7 @@ func TestFencedCompleteFailAndRelease(t *testing.T) {
 	failed, err = sqlapi.FailTaskAt(ctx, db.Pool, sqlapi.TaskRef{RunID: "33333333-3333-4333-8333-333333333333", StepSlug: "only", Attempt: 1}, "x", false)
 	require.NoError(t, err)
 	require.Equal(t, sqlapi.OutcomeUnknown, failed.Outcome)
-	done, err = sqlapi.CompleteTasks(ctx, db.Pool, []sqlapi.TaskResult{{RunID: "33333333-3333-4333-8333-333333333333", StepSlug: "only", Output: json.RawMessage(`1`), Attempt: 1}}, true)
+	done, err = sqlapi.CompleteTasks(ctx, db.Pool, []sqlapi.TaskResult{{RunID: "33333333-3333-4333-8333-333333333333", StepSlug: "only", Output: json.RawMessage(`1`), Attempt: 1}})
 	require.NoError(t, err)
 	require.Equal(t, sqlapi.OutcomeUnknown, done[0].Outcome)
 }
@@ -146,12 +132,12 @@ func TestFencedCompletionOfCurrentAttemptIsRecorded(t *testing.T) {
 	second := recoverAndReclaim(t, db, "fenced_ok", first)
 	done, err := sqlapi.CompleteTasks(ctx, db.Pool, []sqlapi.TaskResult{
 		{RunID: first.RunID, StepSlug: "only", Output: json.RawMessage(`"first"`), Attempt: first.Attempt},
-	}, true)
+	})
 	require.NoError(t, err)
 	require.Equal(t, []sqlapi.CompletedTask{{Status: "started", Outcome: sqlapi.OutcomeStale}}, done)
 	done, err = sqlapi.CompleteTasks(ctx, db.Pool, []sqlapi.TaskResult{
 		{RunID: first.RunID, StepSlug: "only", Output: json.RawMessage(`"second"`), Attempt: second.Attempt},
-	}, true)
+	})
 	require.NoError(t, err)
 	require.Equal(t, []sqlapi.CompletedTask{{Status: "completed", Outcome: sqlapi.OutcomeRecorded}}, done)
 	var out json.RawMessage

@@ -108,7 +108,7 @@ func TestReadClaimCompleteAndAttempts(t *testing.T) {
 	require.Len(t, msgs, 1)
 	require.Equal(t, 1, msgs[0].ReadCount)
 
-	tasks, err := sqlapi.StartTasks(ctx, db.Pool, "claims", []int64{msgs[0].ID, 999999}, workerA)
+	tasks, err := sqlapi.StartTasks(ctx, db.Pool, "claims", "claims", []int64{msgs[0].ID, 999999}, workerA)
 	require.NoError(t, err)
 	require.Len(t, tasks, 1)
 	tk := tasks[0]
@@ -122,27 +122,27 @@ func TestReadClaimCompleteAndAttempts(t *testing.T) {
 	require.JSONEq(t, `{"n": 0, "ok": false, "s": ""}`, string(tk.FlowInput))
 
 	// A second claim of the same message claims nothing.
-	again, err := sqlapi.StartTasks(ctx, db.Pool, "claims", []int64{msgs[0].ID}, workerA)
+	again, err := sqlapi.StartTasks(ctx, db.Pool, "claims", "claims", []int64{msgs[0].ID}, workerA)
 	require.NoError(t, err)
 	require.Empty(t, again)
 
 	// Fail once: the task is queued again; make it visible, claim it again: attempt 2.
-	status, err := sqlapi.FailTask(ctx, db.Pool, runID, "only", 0, "first try failed")
+	failed, err := sqlapi.FailTaskAt(ctx, db.Pool, sqlapi.TaskRef{RunID: runID, StepSlug: "only", Attempt: 1}, "first try failed", false)
 	require.NoError(t, err)
-	require.Equal(t, "queued", status)
+	require.Equal(t, sqlapi.FailedTask{Status: "queued", Outcome: sqlapi.OutcomeRecorded, CurrentAttempt: 1}, failed)
 	_, err = db.Pool.Exec(ctx, `select pgmq.set_vt('claims', $1, 0)`, msgs[0].ID)
 	require.NoError(t, err)
 	msgs, err = sqlapi.ReadWithPoll(ctx, db.Pool, "claims", 5, 10, 1, 10)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
-	tasks, err = sqlapi.StartTasks(ctx, db.Pool, "claims", []int64{msgs[0].ID}, workerA)
+	tasks, err = sqlapi.StartTasks(ctx, db.Pool, "claims", "claims", []int64{msgs[0].ID}, workerA)
 	require.NoError(t, err)
 	require.Len(t, tasks, 1)
 	require.Equal(t, 2, tasks[0].Attempt)
 
-	status, err = sqlapi.CompleteTask(ctx, db.Pool, runID, "only", 0, json.RawMessage(`0`))
+	done, err := sqlapi.CompleteTasks(ctx, db.Pool, []sqlapi.TaskResult{{RunID: runID, StepSlug: "only", Output: json.RawMessage(`0`), Attempt: 2}})
 	require.NoError(t, err)
-	require.Equal(t, "completed", status)
+	require.Equal(t, []sqlapi.CompletedTask{{Status: "completed", Outcome: sqlapi.OutcomeRecorded}}, done)
 	var out json.RawMessage
 	var runStatus string
 	require.NoError(t, db.Pool.QueryRow(ctx, `select status, output from pgflow.runs where run_id = $1`, runID).Scan(&runStatus, &out))
@@ -150,16 +150,16 @@ func TestReadClaimCompleteAndAttempts(t *testing.T) {
 	require.JSONEq(t, `{"only": 0}`, string(out))
 
 	// Unknown tasks report no status.
-	status, err = sqlapi.CompleteTask(ctx, db.Pool, "33333333-3333-4333-8333-333333333333", "only", 0, json.RawMessage(`1`))
+	done, err = sqlapi.CompleteTasks(ctx, db.Pool, []sqlapi.TaskResult{{RunID: "33333333-3333-4333-8333-333333333333", StepSlug: "only", Output: json.RawMessage(`1`), Attempt: 1}})
 	require.NoError(t, err)
-	require.Equal(t, "", status)
+	require.Equal(t, []sqlapi.CompletedTask{{Status: "", Outcome: sqlapi.OutcomeUnknown}}, done)
 
 	// Nothing to read: an empty result after the poll wait.
 	msgs, err = sqlapi.ReadWithPoll(ctx, db.Pool, "claims", 5, 10, 1, 10)
 	require.NoError(t, err)
 	require.Empty(t, msgs)
 
-	empty, err := sqlapi.StartTasks(ctx, db.Pool, "claims", nil, workerA)
+	empty, err := sqlapi.StartTasks(ctx, db.Pool, "claims", "claims", nil, workerA)
 	require.NoError(t, err)
 	require.Empty(t, empty)
 }
@@ -188,7 +188,7 @@ func TestStartTasksConcurrentClaimsAreExclusive(t *testing.T) {
 	results := make([][]sqlapi.ClaimedTask, 2)
 	errs := make([]error, 2)
 	for i, w := range []string{workerA, workerB} {
-		wg.Go(func() { results[i], errs[i] = sqlapi.StartTasks(ctx, db.Pool, "exclusive", ids, w) })
+		wg.Go(func() { results[i], errs[i] = sqlapi.StartTasks(ctx, db.Pool, "exclusive", "exclusive", ids, w) })
 	}
 	wg.Wait()
 	require.NoError(t, errs[0])
@@ -228,7 +228,7 @@ func TestRequeueStalledTasksTakesTheMaintenanceLock(t *testing.T) {
 	msgs, err := sqlapi.ReadWithPoll(ctx, db.Pool, "stalls", 5, 10, 1, 10)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
-	_, err = sqlapi.StartTasks(ctx, db.Pool, "stalls", []int64{msgs[0].ID}, workerA)
+	_, err = sqlapi.StartTasks(ctx, db.Pool, "stalls", "stalls", []int64{msgs[0].ID}, workerA)
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(ctx, `update pgflow.step_tasks
 	                               set queued_at = now() - interval '10 minutes', started_at = now() - interval '5 minutes'

@@ -37,7 +37,7 @@ func TestListWorkersAndGetWorker(t *testing.T) {
 	require.NoError(t, err)
 	tasks, err := sqlapi.ListRunTasks(ctx, db.Pool, sqlapi.ListRunTasksParams{RunID: run.Run.RunID})
 	require.NoError(t, err)
-	_, err = sqlapi.StartTasks(ctx, db.Pool, "fan", []int64{*tasks[0].MessageID}, workerA)
+	_, err = sqlapi.StartTasks(ctx, db.Pool, "fan", "fan", []int64{*tasks[0].MessageID}, workerA)
 	require.NoError(t, err)
 
 	ws, err = sqlapi.ListWorkers(ctx, db.Pool, 0)

@@ -7,10 +7,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -91,5 +94,57 @@ func run() error {
 	if *shutdownTimeout > 0 {
 		wcfg.ShutdownTimeout = *shutdownTimeout
 	}
-	return pgflow.RunWorker(ctx, pool, flow, wcfg)
+	wcfg.Flows = []pgflow.WorkerFlow{{Flow: flow}}
+	client, err := pgflow.NewClient(pool, &pgflow.ClientConfig{Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	w, err := pgflow.NewWorker(client, &wcfg)
+	if err != nil {
+		return err
+	}
+	return runUntilSignal(ctx, w, logger)
+}
+
+// runUntilSignal runs w until SIGINT or SIGTERM (or until the database deprecates it), then stops it gracefully;
+// a second signal during the graceful stop stops it at once (handlers cancelled, their tasks released).
+func runUntilSignal(ctx context.Context, w *pgflow.Worker, logger *slog.Logger) error {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	runCtx, endRun := context.WithCancel(ctx)
+	defer endRun()
+	go func() { // the first signal ends the startup or the run
+		select {
+		case <-sigs:
+			endRun()
+		case <-runCtx.Done():
+		}
+	}()
+	if err := w.Start(runCtx); err != nil {
+		return err
+	}
+	select {
+	case <-runCtx.Done():
+		logger.Info("testworker: graceful shutdown began; a second SIGINT or SIGTERM stops at once")
+	case <-w.Stopped(): // deprecated by the database
+	}
+
+	stopCtx, stopNow := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopNow()
+	go func() {
+		select {
+		case <-sigs:
+			logger.Warn("testworker: second signal: stopping at once; interrupted tasks go back to their queue")
+			stopNow()
+		case <-stopCtx.Done():
+		}
+	}()
+	err := w.Stop(stopCtx)
+	if errors.Is(err, context.Canceled) && stopCtx.Err() != nil {
+		return nil // stopped at once on request
+	}
+	return err
 }
