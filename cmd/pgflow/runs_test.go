@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgflow-go/pgflow"
 	"github.com/pgflow-go/pgflow/internal/pgtest"
+	"github.com/pgflow-go/pgflow/schema"
 )
 
 func TestRunsStartWithoutWorkerThenShow(t *testing.T) {
@@ -375,4 +376,20 @@ func TestReadInput(t *testing.T) {
 
 	_, err = readInput(`{"a": 1} {"b": 2}`, nil)
 	require.ErrorContains(t, err, "--input is not valid JSON")
+}
+
+// A database whose schema is older than the code needs (v0.19.0) is refused with the command that fixes it,
+// said once.
+func TestRunsStartOnAnOldSchema(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewWithPGMQ(t)
+	conn, err := pgx.Connect(context.Background(), db.URL)
+	require.NoError(t, err)
+	_, err = schema.NewMigrator(conn).Up(context.Background(), "v0.19.0")
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(context.Background()))
+
+	r := runCLI(t, "", "--database-url", db.URL, "runs", "start", "squares", "--input", "[1]")
+	require.ErrorContains(t, r.err, "pgflow migrate up")
+	require.Equal(t, 1, strings.Count(r.err.Error(), "pgflow migrate up"), r.err.Error())
 }
