@@ -22,7 +22,8 @@ const (
 )
 
 // DefaultRunID is the run id a handler run by RunStep, RunStepJSON or RunMapTask sees in its TaskMeta unless
-// RunStepOpts.RunID sets one.
+// RunStepOpts.RunID sets one; its TaskMeta.WorkerID is this nil UUID too, its MessageID 0 and its QueueName the
+// flow's queue (the lower-case flow slug).
 const DefaultRunID = "00000000-0000-0000-0000-000000000000"
 
 // RunStepOpts is what a handler run by RunStep, RunStepJSON or RunMapTask receives besides its context: the run
