@@ -42,7 +42,7 @@ func signupFlow() (*pgflow.Flow[signupInput], pgflow.StepHandle[account], pgflow
 }
 
 // Start a run with a typed input, wait for it to finish, and read typed outputs. A worker for the flow runs
-// elsewhere (pgflow.RunWorker); it also compiles the flow into the database.
+// elsewhere (see ExampleWorker_Run); Client.EnsureFlow compiles the flow first, so the start works even before.
 func ExampleStartRun() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
@@ -50,13 +50,19 @@ func ExampleStartRun() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	client := newClient(t, pool, nil)
+	client, err := pgflow.NewClient(pool, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer client.Close()
 
 	flow, acct, welcome := signupFlow()
+	if err := client.EnsureFlow(ctx, flow, nil); err != nil {
+		log.Fatal(err) // e.g. a *pgflow.ShapeMismatchError: the database holds another version of the flow
+	}
 	run, err := pgflow.StartRun(ctx, client, flow, signupInput{Email: "ada@example.com"}, nil)
 	if err != nil {
-		log.Fatal(err) // e.g. pgflow.ErrFlowNotFound if no worker has compiled the flow yet
+		log.Fatal(err)
 	}
 
 	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -90,14 +96,17 @@ func ExampleStartRun() {
 }
 
 // A caller-chosen run id makes the start idempotent: a retried request starts the run once and gets it back.
-func ExampleWithRunID() {
+func ExampleStartOpts() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	client := newClient(t, pool, nil)
+	client, err := pgflow.NewClient(pool, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer client.Close()
 
 	requestID := "3b241101-e2bb-4255-8caf-4136c566a962" // e.g. the idempotency key of an HTTP request
@@ -115,14 +124,17 @@ func ExampleWithRunID() {
 }
 
 // Start a run in the same transaction as the application's own writes: both commit, or neither does.
-func ExampleClient_StartRunTx() {
+func ExampleClient_StartRunJSONTx() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	client := newClient(t, pool, nil)
+	client, err := pgflow.NewClient(pool, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer client.Close()
 
 	tx, err := pool.Begin(ctx)
@@ -153,7 +165,10 @@ func ExampleClient_Subscribe() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	client := newClient(t, pool, nil)
+	client, err := pgflow.NewClient(pool, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer client.Close()
 
 	run, err := client.StartRunJSON(ctx, "signup", json.RawMessage(`{"email": "ada@example.com"}`), nil)

@@ -177,9 +177,10 @@ func ExampleMapInput() {
 	// select pgflow.add_step(flow_slug => 'double_all', step_slug => 'sum', deps_slugs => array['double']);
 }
 
-// Definition mistakes are collected, not panicked; each names the flow, the step and the bad value.
+// Definition mistakes are collected, not panicked; each names the flow, the step and the bad value. (A step-only
+// option such as StartDelay given to NewFlow does not even compile.)
 func ExampleFlow_Err() {
-	f := pgflow.NewFlow[OrderInput]("orders", pgflow.StartDelay(time.Second))
+	f := pgflow.NewFlow[OrderInput]("orders", pgflow.MaxAttempts(0))
 	a := pgflow.Step(f, "fetch", func(ctx context.Context, t *pgflow.Task[OrderInput]) (int, error) { return 1, nil },
 		pgflow.Timeout(time.Second))
 	pgflow.Step(f, "fetch-all", func(ctx context.Context, t *pgflow.Task[OrderInput]) (int, error) { return 1, nil },
@@ -191,7 +192,7 @@ func ExampleFlow_Err() {
 	_, err = f.Shape()
 	fmt.Println(err != nil)
 	// Output:
-	// pgflow: flow "orders": invalid option: StartDelay is a step option and cannot be used on a flow
+	// pgflow: flow "orders": option out of range: MaxAttempts(0): must be between 1 and 2147483647
 	// pgflow: flow "orders", step "fetch": option out of range: Timeout(1s): must be between 3s and 2147483647s
 	// pgflow: flow "orders", step "fetch-all": invalid slug: "fetch-all" may contain only ASCII letters, digits and '_'
 	// true

@@ -38,21 +38,32 @@ func greetFlow() *pgflow.Flow[greetInput] {
 	return f
 }
 
-// RunWorker runs a worker until the process receives SIGINT or SIGTERM, then drains it: in-flight handlers
-// finish (up to ShutdownTimeout), their results are recorded, and the worker is marked stopped before
-// RunWorker returns. The pool stays open; close it afterwards.
-func ExampleRunWorker() {
+// A worker serving two flows until SIGINT or SIGTERM: the first signal begins a graceful shutdown (in-flight
+// handlers finish, up to ShutdownTimeout, and their results are recorded); a second one stops at once, and the
+// tasks still running go back to their queue without spending an attempt. Signal handling belongs to the
+// program, not to the library.
+func ExampleWorker_Run() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer pool.Close()
+	defer pool.Close() // after the worker stopped: it reports its last results first
+	client, err := pgflow.NewClient(pool, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
 
-	err = pgflow.RunWorker(ctx, pool, greetFlow(), pgflow.WorkerConfig{
+	w, err := pgflow.NewWorker(client, &pgflow.WorkerConfig{
+		Flows:         []pgflow.WorkerFlow{{Flow: greetFlow()}, {Flow: signupFlowOnly(), MaxConcurrent: 5}},
 		MaxConcurrent: 20,
 		Logger:        slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
+	if err != nil {
+		log.Fatal(err) // e.g. "pgflow: WorkerConfig.BatchSize = -1: must be >= 1 (0 means the default, 10)"
+	}
+	err = w.Start(ctx)
 	var mismatch *pgflow.ShapeMismatchError
 	if errors.As(err, &mismatch) {
 		// The database holds another version of the flow and this is not a local database.
@@ -61,29 +72,23 @@ func ExampleRunWorker() {
 	if err != nil {
 		log.Fatal(err)
 	}
+
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	<-signals
+	log.Print("shutting down gracefully; send the signal again to stop at once")
+	stopCtx, stopNow := context.WithCancel(ctx)
+	go func() {
+		<-signals
+		stopNow()
+	}()
+	if err := w.Stop(stopCtx); err != nil {
+		log.Print("stopped at once: ", err)
+	}
+	fmt.Println("worker stopped", w.ID())
 }
 
-// NewWorker validates the configuration up front; Run blocks until its context is cancelled (or the worker is
-// deprecated by setting pgflow.workers.deprecated_at) and returns nil after a clean shutdown.
-func ExampleNewWorker() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer pool.Close() // after Run: the worker reports its last results before the pool goes away
-
-	w, err := newFlowWorker(t, pool, greetFlow(), pgflow.WorkerConfig{
-		BatchSize:       5,
-		ShutdownTimeout: time.Minute,
-	})
-
-	if err != nil {
-		log.Fatal(err) // e.g. "pgflow: WorkerConfig.BatchSize = -1: must be >= 1 (0 means the default, 10)"
-	}
-	fmt.Println("worker", w.ID())
-	if err := w.Run(ctx); err != nil {
-		log.Fatal(err)
-	}
+func signupFlowOnly() *pgflow.Flow[signupInput] {
+	f, _, _ := signupFlow()
+	return f
 }

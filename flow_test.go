@@ -212,7 +212,7 @@ func TestMapDependencies(t *testing.T) {
 func TestOptionRanges(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		opt     pgflow.Option
+		opt     pgflow.StepOption
 		mention string
 	}{
 		{pgflow.MaxAttempts(0), "MaxAttempts(0): must be between 1 and 2147483647"},
@@ -231,7 +231,7 @@ func TestOptionRanges(t *testing.T) {
 		requireOneDefErr(t, f.Err(), pgflow.ErrOptionOutOfRange, "range_flow", "s", tc.mention)
 
 		if i < 7 { // flow-level options
-			g := pgflow.NewFlow[orderInput]("range_flow_level", tc.opt)
+			g := pgflow.NewFlow[orderInput]("range_flow_level", tc.opt.(pgflow.FlowOption))
 			requireOneDefErr(t, g.Err(), pgflow.ErrOptionOutOfRange, "range_flow_level", "", tc.mention)
 		}
 	}
@@ -247,12 +247,6 @@ func TestInvalidOptions(t *testing.T) {
 		opt     pgflow.Option
 		mention string
 	}{
-		{pgflow.StartDelay(time.Second), "StartDelay is a step option and cannot be used on a flow"},
-		{pgflow.If(map[string]any{"a": 1}), "If is a step option"},
-		{pgflow.IfNot(map[string]any{"a": 1}), "IfNot is a step option"},
-		{pgflow.WhenUnmet(pgflow.Skip), "WhenUnmet is a step option"},
-		{pgflow.WhenExhausted(pgflow.Skip), "WhenExhausted is a step option"},
-		{pgflow.DependsOn(), "DependsOn is a step option"},
 		{pgflow.Option{}, "unknown option at position 1 (zero Option value)"},
 	}
 	for _, tc := range flowCases {
@@ -263,21 +257,21 @@ func TestInvalidOptions(t *testing.T) {
 	requireOneDefErr(t, f.Err(), pgflow.ErrInvalidOption, "twice_flow", "", "MaxAttempts given more than once")
 
 	stepCases := []struct {
-		opts    []pgflow.Option
+		opts    []pgflow.StepOption
 		mention string
 	}{
-		{[]pgflow.Option{pgflow.Timeout(5 * time.Second), pgflow.Option{}}, "unknown option at position 2"},
-		{[]pgflow.Option{pgflow.StartDelay(0), pgflow.StartDelay(time.Second)}, "StartDelay given more than once"},
-		{[]pgflow.Option{pgflow.WhenUnmet(pgflow.Skip)}, `WhenUnmet("skip") requires If or IfNot`},
-		{[]pgflow.Option{pgflow.If(map[string]any{"x": 1}), pgflow.WhenUnmet("bogus")}, `WhenUnmet("bogus"): mode must be "fail", "skip" or "skip-cascade"`},
-		{[]pgflow.Option{pgflow.WhenExhausted("")}, `WhenExhausted(""): mode must be`},
-		{[]pgflow.Option{pgflow.If([]int{1, 2})}, "If([1,2]): pattern must be a JSON object"},
-		{[]pgflow.Option{pgflow.IfNot("text")}, `IfNot("text"): pattern must be a JSON object`},
-		{[]pgflow.Option{pgflow.If(nil)}, "If(nil): pattern must be a JSON object"},
-		{[]pgflow.Option{pgflow.If(map[string]any{"c": make(chan int)})}, "If(map[string]interface {}): pattern does not marshal to JSON"},
-		{[]pgflow.Option{pgflow.IfNot(map[string]any{"a\x00b": 1})}, `pattern contains \u0000`},
-		{[]pgflow.Option{pgflow.If(map[string]any{"a": "x\x00"})}, `pattern contains \u0000`},
-		{[]pgflow.Option{pgflow.DependsOn()}, "DependsOn(): needs at least one step"},
+		{[]pgflow.StepOption{pgflow.Timeout(5 * time.Second), pgflow.Option{}}, "unknown option at position 2"},
+		{[]pgflow.StepOption{pgflow.StartDelay(0), pgflow.StartDelay(time.Second)}, "StartDelay given more than once"},
+		{[]pgflow.StepOption{pgflow.WhenUnmet(pgflow.Skip)}, `WhenUnmet("skip") requires If or IfNot`},
+		{[]pgflow.StepOption{pgflow.If(map[string]any{"x": 1}), pgflow.WhenUnmet("bogus")}, `WhenUnmet("bogus"): mode must be "fail", "skip" or "skip-cascade"`},
+		{[]pgflow.StepOption{pgflow.WhenExhausted("")}, `WhenExhausted(""): mode must be`},
+		{[]pgflow.StepOption{pgflow.If([]int{1, 2})}, "If([1,2]): pattern must be a JSON object"},
+		{[]pgflow.StepOption{pgflow.IfNot("text")}, `IfNot("text"): pattern must be a JSON object`},
+		{[]pgflow.StepOption{pgflow.If(nil)}, "If(nil): pattern must be a JSON object"},
+		{[]pgflow.StepOption{pgflow.If(map[string]any{"c": make(chan int)})}, "If(map[string]interface {}): pattern does not marshal to JSON"},
+		{[]pgflow.StepOption{pgflow.IfNot(map[string]any{"a\x00b": 1})}, `pattern contains \u0000`},
+		{[]pgflow.StepOption{pgflow.If(map[string]any{"a": "x\x00"})}, `pattern contains \u0000`},
+		{[]pgflow.StepOption{pgflow.DependsOn()}, "DependsOn(): needs at least one step"},
 	}
 	for _, tc := range stepCases {
 		f := pgflow.NewFlow[orderInput]("step_opt_flow")

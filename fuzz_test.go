@@ -90,7 +90,7 @@ func fuzzFlow(slug string, data []byte, names string) *pgflow.Flow[[]int] {
 		if names != "" && i < len(custom) {
 			slugI = custom[i]
 		}
-		var opts []pgflow.Option
+		var opts []pgflow.StepOption
 		o := at(2 + i*4)
 		if o&1 != 0 {
 			opts = append(opts, pgflow.MaxAttempts(int(int8(at(3+i*4)))))

@@ -157,7 +157,7 @@ func TestHooksSeeEveryTaskOfARunWithItsIdentity(t *testing.T) {
 	type attempt struct {
 		step    string
 		attempt int
-		handler string
+		handler HandlerOutcome
 		outcome TaskOutcome
 	}
 	var msgIDs = map[string]int64{}

@@ -37,9 +37,8 @@ type StepOption interface{ stepOption() Option }
 // flow or step is defined; a bad value is recorded as a *DefinitionError (see Flow.Err). The zero Option is
 // invalid.
 type Option struct {
-	name     string // the constructor's name, e.g. "MaxAttempts"; used in error messages and duplicate detection
-	stepOnly bool
-	apply    func(v *optionValues) *optionProblem
+	name  string // the constructor's name, e.g. "MaxAttempts"; used in error messages and duplicate detection
+	apply func(v *optionValues) *optionProblem
 }
 
 func (o Option) flowOption() Option { return o }
@@ -120,7 +119,7 @@ func Timeout(d time.Duration) Option {
 // StartDelay delays the first delivery of a step's tasks once the step becomes ready (whole seconds >= 0).
 // Retries are not delayed by it. Step option only.
 func StartDelay(d time.Duration) StepOnlyOption {
-	return StepOnlyOption{Option{name: "StartDelay", stepOnly: true, apply: func(v *optionValues) *optionProblem {
+	return StepOnlyOption{Option{name: "StartDelay", apply: func(v *optionValues) *optionProblem {
 		s, p := wholeSeconds("StartDelay", d, 0)
 		if p != nil {
 			return p
@@ -135,7 +134,7 @@ func StartDelay(d time.Duration) StepOnlyOption {
 // the completed dependencies for a dependent step. pattern must marshal to a JSON object, e.g.
 // map[string]any{"fetch": map[string]any{"ok": true}}. Step option only.
 func If(pattern any) StepOnlyOption {
-	return StepOnlyOption{Option{name: "If", stepOnly: true, apply: func(v *optionValues) *optionProblem {
+	return StepOnlyOption{Option{name: "If", apply: func(v *optionValues) *optionProblem {
 		raw, p := patternJSON("If", pattern)
 		if p != nil {
 			return p
@@ -149,7 +148,7 @@ func If(pattern any) StepOnlyOption {
 // together must both pass. IfNot(map[string]any{"dep": map[string]any{}}) runs the step only when "dep" was
 // skipped. Step option only.
 func IfNot(pattern any) StepOnlyOption {
-	return StepOnlyOption{Option{name: "IfNot", stepOnly: true, apply: func(v *optionValues) *optionProblem {
+	return StepOnlyOption{Option{name: "IfNot", apply: func(v *optionValues) *optionProblem {
 		raw, p := patternJSON("IfNot", pattern)
 		if p != nil {
 			return p
@@ -162,7 +161,7 @@ func IfNot(pattern any) StepOnlyOption {
 // WhenUnmet says what happens when the step's If/IfNot condition is not met (database default Skip). It is
 // only allowed together with If or IfNot. Step option only.
 func WhenUnmet(mode WhenMode) StepOnlyOption {
-	return StepOnlyOption{Option{name: "WhenUnmet", stepOnly: true, apply: func(v *optionValues) *optionProblem {
+	return StepOnlyOption{Option{name: "WhenUnmet", apply: func(v *optionValues) *optionProblem {
 		if !mode.valid() {
 			return &optionProblem{ErrInvalidOption, fmt.Sprintf("WhenUnmet(%q): mode must be %q, %q or %q", string(mode), Fail, Skip, SkipCascade)}
 		}
@@ -174,7 +173,7 @@ func WhenUnmet(mode WhenMode) StepOnlyOption {
 // WhenExhausted says what happens when a task of the step fails on its last attempt (database default Fail).
 // Step option only.
 func WhenExhausted(mode WhenMode) StepOnlyOption {
-	return StepOnlyOption{Option{name: "WhenExhausted", stepOnly: true, apply: func(v *optionValues) *optionProblem {
+	return StepOnlyOption{Option{name: "WhenExhausted", apply: func(v *optionValues) *optionProblem {
 		if !mode.valid() {
 			return &optionProblem{ErrInvalidOption, fmt.Sprintf("WhenExhausted(%q): mode must be %q, %q or %q", string(mode), Fail, Skip, SkipCascade)}
 		}
@@ -188,7 +187,7 @@ func WhenExhausted(mode WhenMode) StepOnlyOption {
 // than once; the dependencies accumulate in order. A Map step already depends on the step it maps over and
 // accepts no other dependency; a MapInput step accepts none. Step option only.
 func DependsOn(steps ...AnyStep) StepOnlyOption {
-	return StepOnlyOption{Option{name: "DependsOn", stepOnly: true, apply: func(v *optionValues) *optionProblem {
+	return StepOnlyOption{Option{name: "DependsOn", apply: func(v *optionValues) *optionProblem {
 		if len(steps) == 0 {
 			return &optionProblem{ErrInvalidOption, "DependsOn(): needs at least one step"}
 		}
@@ -206,10 +205,6 @@ func applyOptions(opts []Option, forFlow bool) (optionValues, []*optionProblem) 
 	for i, o := range opts {
 		if o.apply == nil {
 			problems = append(problems, &optionProblem{ErrInvalidOption, fmt.Sprintf("unknown option at position %d (zero Option value)", i+1)})
-			continue
-		}
-		if forFlow && o.stepOnly {
-			problems = append(problems, &optionProblem{ErrInvalidOption, fmt.Sprintf("%s is a step option and cannot be used on a flow", o.name)})
 			continue
 		}
 		if o.name != "DependsOn" && seen[o.name] {

@@ -326,7 +326,7 @@ func TestReliabilityBadInputDSLAndConfig(t *testing.T) {
 		require.ErrorIs(t, g.Err(), pgflow.ErrInvalidSlug, "step slug %q", slug)
 		requireNamed(t, g.Err(), slug)
 	}
-	options := map[string]pgflow.Option{
+	options := map[string]pgflow.StepOption{
 		"MaxAttempts(0)":           pgflow.MaxAttempts(0),
 		"MaxAttempts(-3)":          pgflow.MaxAttempts(-3),
 		"MaxAttempts(4294967296)":  pgflow.MaxAttempts(1 << 32),

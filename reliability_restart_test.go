@@ -84,7 +84,7 @@ func TestReliabilityPostgresRestartMidLoad(t *testing.T) {
 	runs := startRelRuns(t, setupPool, reliability.OneStepFlow, reliability.Input{SleepMS: 5}, before)
 
 	clientLogger, _ := newRelLogger(t, "client")
-	client := pgflow.NewClient(newPool(t, url, 4), pgflow.WithLogger(clientLogger), pgflow.WithPollInterval(200*time.Millisecond))
+	client := newClient(t, newPool(t, url, 4), &pgflow.ClientConfig{Logger: clientLogger, PollInterval: 200 * time.Millisecond})
 	defer client.Close()
 	waited := runs[len(runs)-5:]
 	results := make([]*pgflow.Run, len(waited))

@@ -100,7 +100,7 @@ func TestSecurityRoleModel(t *testing.T) {
 	ownerPool := newPool(t, roleURL(t, db, roles["pgflow_owner"]), 2)
 
 	// Client: starts, reads and waits.
-	client := pgflow.NewClient(clientPool, pgflow.WithPollInterval(200*time.Millisecond))
+	client := newClient(t, clientPool, &pgflow.ClientConfig{PollInterval: 200 * time.Millisecond})
 	defer client.Close()
 	run, err := client.StartRunJSON(ctx, reliability.OneStepFlow, json.RawMessage(`{}`), nil)
 	require.NoError(t, err)

@@ -27,7 +27,7 @@ func randomDAG(slug string, seed uint64, n int) pgflow.AnyFlow {
 	var handles []pgflow.StepHandle[[]int]
 	for i := range n {
 		stepSlug := fmt.Sprintf("s%02d_%c", i, 'a'+rune(r.IntN(26)))
-		var opts []pgflow.Option
+		var opts []pgflow.StepOption
 		if r.IntN(3) == 0 {
 			opts = append(opts, pgflow.WhenExhausted(modes[r.IntN(3)]))
 		}

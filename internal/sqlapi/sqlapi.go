@@ -45,18 +45,25 @@ const MinSchemaVersion = "0.20.0"
 // without that function, or with an older version, yields an error wrapping ErrSchemaTooOld that says to run
 // `pgflow migrate up`.
 func SchemaVersion(ctx context.Context, db DBTX) (string, error) {
-	var v *string
-	err := db.QueryRow(ctx, `select case when to_regprocedure('pgflow.schema_version()') is not null
-	                                    then pgflow.schema_version() end`).Scan(&v)
+	// Two statements: a call of a function that does not exist fails the whole statement that names it.
+	var present *bool
+	err := db.QueryRow(ctx, `select case when to_regnamespace('pgflow') is null then null
+	                                    else to_regprocedure('pgflow.schema_version()') is not null end`).Scan(&present)
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && (pgErr.Code == "3F000" || pgErr.Code == "42883") {
-			return "", fmt.Errorf("%w: schema pgflow is missing; run `pgflow migrate up`", ErrSchemaTooOld)
-		}
+		return "", fmt.Errorf("read the pgflow schema version: %w", err)
+	}
+	if present == nil {
+		return "", fmt.Errorf("%w: schema pgflow is missing; run `pgflow migrate up`", ErrSchemaTooOld)
+	}
+	if !*present {
+		return "", fmt.Errorf("%w: the installed schema is older than %s; run `pgflow migrate up`", ErrSchemaTooOld, MinSchemaVersion)
+	}
+	var v *string
+	if err := db.QueryRow(ctx, `select pgflow.schema_version()`).Scan(&v); err != nil {
 		return "", fmt.Errorf("read the pgflow schema version: %w", err)
 	}
 	if v == nil {
-		return "", fmt.Errorf("%w: the installed schema is older than %s; run `pgflow migrate up`", ErrSchemaTooOld, MinSchemaVersion)
+		return "", fmt.Errorf("%w: pgflow.schema_version() returned NULL; run `pgflow migrate up`", ErrSchemaTooOld)
 	}
 	if compareVersions(*v, MinSchemaVersion) < 0 {
 		return *v, fmt.Errorf("%w: the installed schema is %s, this code needs %s or newer; run `pgflow migrate up`",
