@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgflow-go/pgflow/internal/notify"
@@ -223,10 +222,9 @@ func (c *Client) start(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowSlug 
 	case sqlapi.IsInvalidRunID(err):
 		return nil, fmt.Errorf("%s: %w: %w", startSubject(runID, flowSlug), ErrInvalidRunID, err)
 	default:
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "P0001" {
+		if msg, ok := pgerr.Raised(err); ok {
 			// A check of start_flow, e.g. "Flow x has root map steps but input is not an array (got object)".
-			return nil, fmt.Errorf("%s: %s: %w", startSubject(runID, flowSlug), pgErr.Message, err)
+			return nil, fmt.Errorf("%s: %s: %w", startSubject(runID, flowSlug), msg, err)
 		}
 		return nil, fmt.Errorf("%s: %w", startSubject(runID, flowSlug), err)
 	}

@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgflow-go/pgflow/internal/pgerr"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
 )
 
@@ -116,14 +116,14 @@ func (c *Client) startRuns(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowS
 		return err
 	})
 	if err != nil {
-		var pgErr *pgconn.PgError
 		switch {
 		case sqlapi.IsUnknownFlow(err):
 			return nil, fmt.Errorf("pgflow: start runs of flow %q: %w (compile it first: Client.EnsureFlow, a worker, or its CompileSQL statements)", flowSlug, ErrFlowNotFound)
 		case sqlapi.IsDuplicateRun(err):
 			return nil, fmt.Errorf("pgflow: start runs of flow %q: a run id is taken: %w", flowSlug, errors.Join(ErrRunIDConflict, err))
-		case errors.As(err, &pgErr) && pgErr.Code == "P0001":
-			return nil, fmt.Errorf("pgflow: start runs of flow %q: %s: %w", flowSlug, pgErr.Message, err)
+		}
+		if msg, ok := pgerr.Raised(err); ok {
+			return nil, fmt.Errorf("pgflow: start runs of flow %q: %s: %w", flowSlug, msg, err)
 		}
 		return nil, fmt.Errorf("pgflow: start runs of flow %q: %w", flowSlug, err)
 	}

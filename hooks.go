@@ -73,8 +73,8 @@ const (
 type StaleResultEvent struct {
 	TaskEvent
 	Reason         StaleReason // StaleSuperseded or StaleTimedOut
-	Err            error  // the handler's error when the stale result was a failure; nil for a success
-	CurrentAttempt int    // the task's current attempt when the database reported it; 0 when unknown
+	Err            error       // the handler's error when the stale result was a failure; nil for a success
+	CurrentAttempt int         // the task's current attempt when the database reported it; 0 when unknown
 }
 
 // TaskEvent identifies the task attempt an event is about and when the event happened.

@@ -38,7 +38,7 @@ func ownCluster(t *testing.T) (*pgcluster.Cluster, string) {
 	defer conn.Close(ctx)
 	_, err = schema.InstallPGMQ(ctx, conn, "auto")
 	require.NoError(t, err)
-	_, err = schema.NewMigrator(conn).Up(ctx, "")
+	_, err = schema.NewMigrator(conn, nil).Up(ctx, "")
 	require.NoError(t, err)
 	return c, url
 }

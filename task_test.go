@@ -82,7 +82,7 @@ func TestRunRootStepReadsFlowInputAndMeta(t *testing.T) {
 	out, err := d.run(ctx, env)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"ok":true,"items":["https://x"]}`, string(out))
-	require.Equal(t, meta("fetch", 0), gotMeta)
+	require.Equal(t, TaskMeta(meta("fetch", 0)), gotMeta)
 	require.Same(t, logger, gotLogger)
 }
 

@@ -290,7 +290,7 @@ func (w *Worker) launch(ctx context.Context) {
 	var pollers sync.WaitGroup
 	var subs []*notify.Subscription
 	for _, f := range w.flows {
-		log := w.log.With("flow", f.def.Slug, "queue", f.queue, "worker_id", f.workerID)
+		log := w.log.With("flow", f.def.Slug, "worker_id", f.workerID, "queue", f.queue)
 		var sub *notify.Subscription
 		if listener != nil {
 			s, err := listener.Subscribe(sqlapi.QueueChannel(f.queue))

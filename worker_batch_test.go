@@ -108,7 +108,7 @@ func TestWorkerBatchedCompletionsSurviveRefusedOutputs(t *testing.T) {
 		case i == nulRun:
 			require.Equal(t, "failed", res.Status, "run %d", i)
 			require.Equal(t, "failed", tk.Status)
-			require.Contains(t, *tk.Error, `pgflow: flow "batched", step "work": the database refused the handler's output: unsupported Unicode escape sequence`)
+			require.Contains(t, *tk.Error, `flow "batched", step "work": the database refused the handler's output: unsupported Unicode escape sequence`)
 			require.Contains(t, *tk.Error, "SQLSTATE 22P05")
 		case i == deepRun && superuser:
 			require.Equal(t, "failed", res.Status, "run %d", i)
@@ -136,7 +136,7 @@ func TestWorkerListensForQueueNotificationsByDefault(t *testing.T) {
 		listeners := func() int {
 			var n int
 			require.NoError(t, db.Pool.QueryRow(context.Background(), `select count(*) from pg_stat_activity
-				where datname = current_database() and application_name = 'pgflow-worker-listener'`).Scan(&n))
+				where datname = current_database() and application_name = 'pgflow-go listener'`).Scan(&n))
 			return n
 		}
 		if pollOnly {
@@ -151,7 +151,7 @@ func TestWorkerListensForQueueNotificationsByDefault(t *testing.T) {
 			var killed int
 			require.NoError(t, db.Pool.QueryRow(context.Background(), `select count(*) from (
 				select pg_terminate_backend(pid) from pg_stat_activity
-				 where datname = current_database() and application_name = 'pgflow-worker-listener') as k`).Scan(&killed))
+				 where datname = current_database() and application_name = 'pgflow-go listener') as k`).Scan(&killed))
 			require.Equal(t, 1, killed)
 			runID = startRun(t, db.Pool, "wake", 22)
 			require.Equal(t, "completed", waitRun(t, db.Pool, runID).Status, "a worker whose listener died still works")

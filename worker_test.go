@@ -405,7 +405,7 @@ func TestWorkerOutputRejectedByDatabaseFailsTask(t *testing.T) {
 	require.Equal(t, "failed", waitRun(t, db.Pool, runID).Status)
 	tk := taskRow(t, db.Pool, runID, "nul", 0)
 	require.Equal(t, "failed", tk.Status)
-	require.Contains(t, *tk.Error, `pgflow: flow "nul_output", step "nul": the database refused the handler's output: unsupported Unicode escape sequence`)
+	require.Contains(t, *tk.Error, `flow "nul_output", step "nul": the database refused the handler's output: unsupported Unicode escape sequence`)
 	require.Contains(t, *tk.Error, "SQLSTATE 22P05")
 }
 
@@ -946,12 +946,12 @@ func TestWorkerRunsOnce(t *testing.T) {
 	rw := startWorker(t, db.Pool, shapeFlow("once", "a"), cfg)
 	require.NoError(t, rw.stop(t))
 	err := rw.w.Run(context.Background())
-	require.ErrorContains(t, err, "Run was already called")
+	require.ErrorContains(t, err, "Start was already called")
 }
 
 func TestWorkerConfigDefaults(t *testing.T) {
 	t.Parallel()
-	rc, err := WorkerConfig{}.resolve()
+	rc, err := WorkerConfig{Flows: []WorkerFlow{{Flow: shapeFlow("cfg", "a")}}}.resolve()
 	require.NoError(t, err)
 	require.Equal(t, DefaultMaxConcurrent, rc.MaxConcurrent)
 	require.Equal(t, DefaultBatchSize, rc.BatchSize)
@@ -965,10 +965,9 @@ func TestWorkerConfigDefaults(t *testing.T) {
 	require.False(t, rc.AllowDataLoss)
 	require.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, rc.WorkerID)
 	require.NotNil(t, rc.Logger)
-	require.False(t, rc.Logger.Enabled(context.Background(), slog.LevelInfo), "the default logger shows warnings and errors only")
-	require.True(t, rc.Logger.Enabled(context.Background(), slog.LevelWarn))
+	require.Same(t, slog.Default(), rc.Logger, "the one default logger policy: slog.Default()")
 
-	other, err := WorkerConfig{}.resolve()
+	other, err := WorkerConfig{Flows: []WorkerFlow{{Flow: shapeFlow("cfg", "a")}}}.resolve()
 	require.NoError(t, err)
 	require.NotEqual(t, rc.WorkerID, other.WorkerID, "every worker gets its own id")
 }
@@ -976,6 +975,7 @@ func TestWorkerConfigDefaults(t *testing.T) {
 func TestWorkerConfigRoundsAndKeepsValues(t *testing.T) {
 	t.Parallel()
 	rc, err := WorkerConfig{
+		Flows:               []WorkerFlow{{Flow: shapeFlow("cfg", "a")}},
 		MaxConcurrent:       3,
 		BatchSize:           50,
 		VisibilityTimeout:   1500 * time.Millisecond,
@@ -1023,13 +1023,22 @@ func TestWorkerConfigValidationNamesFieldAndValue(t *testing.T) {
 func TestNewWorkerErrors(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewEmpty(t)
-	_, err := newWorkerFor(t, nil, shapeFlow("f", "a"), WorkerConfig{})
-	require.ErrorContains(t, err, "pool is nil")
+	_, err := NewWorker(nil, &WorkerConfig{})
+	require.ErrorContains(t, err, "client is nil")
+	_, err = NewWorker(newClient(t, db.Pool, nil), nil)
+	require.ErrorContains(t, err, "config is nil")
+	_, err = NewWorker(newClient(t, db.Pool, nil), &WorkerConfig{})
+	require.ErrorContains(t, err, "WorkerConfig.Flows = []: give at least one flow")
 	_, err = newWorkerFor(t, db.Pool, nil, WorkerConfig{})
-	require.ErrorContains(t, err, "flow is nil")
+	require.ErrorContains(t, err, "WorkerConfig.Flows[0].Flow = nil: create flows with NewFlow")
 	var nilFlow *Flow[int]
 	_, err = newWorkerFor(t, db.Pool, nilFlow, WorkerConfig{})
-	require.ErrorContains(t, err, "flow is nil")
+	require.ErrorContains(t, err, "WorkerConfig.Flows[0].Flow = nil")
+	twice := shapeFlow("twice", "a")
+	_, err = newWorkerFor(t, db.Pool, twice, WorkerConfig{Flows: []WorkerFlow{{Flow: twice}}})
+	require.ErrorContains(t, err, `WorkerConfig.Flows[1].Flow = "twice": is listed more than once`)
+	_, err = newWorkerFor(t, db.Pool, shapeFlow("g", "a"), WorkerConfig{Flows: []WorkerFlow{{Flow: shapeFlow("h", "a"), MaxConcurrent: -2}}})
+	require.ErrorContains(t, err, "WorkerConfig.Flows[1].MaxConcurrent = -2")
 	_, err = newWorkerFor(t, db.Pool, shapeFlow("f", "a"), WorkerConfig{BatchSize: -1})
 	require.ErrorContains(t, err, "BatchSize = -1")
 
@@ -1053,9 +1062,9 @@ func TestShapeMismatchErrorMessage(t *testing.T) {
 	require.ErrorIs(t, err, ErrShapeMismatch)
 	msg := err.Error()
 	require.Contains(t, msg, `flow "orders"`)
-	require.Contains(t, msg, "(2 differences)")
+	require.Contains(t, msg, "(2 differences; each names the code's side first, then the database's)")
 	require.Contains(t, msg, "\n  - Step count differs: 2 vs 1\n  - Step at index 1: missing\n")
-	require.Contains(t, (&ShapeMismatchError{Flow: "x", Differences: []string{"d"}}).Error(), "(1 difference)")
+	require.Contains(t, (&ShapeMismatchError{Flow: "x", Differences: []string{"d"}}).Error(), "(1 difference;")
 }
 
 // The worker and the client classify database errors alike (internal/pgerr): before, 57014, 55P03 and XX000

@@ -33,7 +33,7 @@
 //
 //	conn, err := pgx.Connect(ctx, os.Getenv("TEST_DATABASE_URL"))
 //	...
-//	_, err = schema.NewMigrator(conn).Up(ctx, "") // package github.com/pgflow-go/pgflow/schema
+//	_, err = schema.NewMigrator(conn, nil).Up(ctx, "") // package github.com/pgflow-go/pgflow/schema
 //
 // or with `pgflow migrate up --database-url ...`. Run each test in a transaction of its own (begin, RunFlow on
 // the pgx.Tx, roll back) and it leaves nothing behind; transactions that run the same flow wait for each other,

@@ -139,27 +139,33 @@ type Migrator struct {
 	migrations  func() ([]Migration, error) // the embedded lineage; replaced only by this package's tests
 }
 
-// MigratorOption configures a Migrator.
-type MigratorOption func(*Migrator)
-
-// WithLockTimeout bounds how long each migration waits for a lock (default DefaultLockTimeout).
-func WithLockTimeout(d time.Duration) MigratorOption { return func(m *Migrator) { m.lockTimeout = d } }
-
-// WithPGMQ chooses how PGMQ is installed: "auto" (default), "extension" or "bundled".
-func WithPGMQ(prefer string) MigratorOption { return func(m *Migrator) { m.pgmq = prefer } }
-
-// WithProgress receives one line per step the migrator takes.
-func WithProgress(f func(format string, args ...any)) MigratorOption {
-	return func(m *Migrator) { m.log = f }
+// MigratorConfig configures a Migrator. A nil *MigratorConfig, and the zero value of each field, mean the
+// defaults.
+type MigratorConfig struct {
+	// LockTimeout bounds how long each migration waits for a lock. Default DefaultLockTimeout.
+	LockTimeout time.Duration
+	// PGMQ chooses how PGMQ is installed: "auto" (the default: the extension when the server offers it, else the
+	// bundled layer), "extension" or "bundled".
+	PGMQ string
+	// Progress receives one line per step the migrator takes. Default: nothing is reported.
+	Progress func(format string, args ...any)
 }
 
 // NewMigrator returns a migrator that works on conn. The connection must not be used by anything else while a
 // migration runs.
-func NewMigrator(conn *pgx.Conn, opts ...MigratorOption) *Migrator {
+func NewMigrator(conn *pgx.Conn, cfg *MigratorConfig) *Migrator {
 	m := &Migrator{conn: conn, lockTimeout: DefaultLockTimeout, pgmq: "auto", log: func(string, ...any) {},
 		migrations: Migrations}
-	for _, o := range opts {
-		o(m)
+	if cfg != nil {
+		if cfg.LockTimeout > 0 {
+			m.lockTimeout = cfg.LockTimeout
+		}
+		if cfg.PGMQ != "" {
+			m.pgmq = cfg.PGMQ
+		}
+		if cfg.Progress != nil {
+			m.log = cfg.Progress
+		}
 	}
 	return m
 }

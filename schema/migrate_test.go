@@ -73,18 +73,18 @@ func TestUpAppliesEverythingAndIsIdempotent(t *testing.T) {
 	migs, err := schema.Migrations()
 	require.NoError(t, err)
 
-	report, err := schema.NewMigrator(conn).Up(ctx, "")
+	report, err := schema.NewMigrator(conn, nil).Up(ctx, "")
 	require.NoError(t, err)
 	require.Len(t, report.Applied, len(migs))
 	require.Equal(t, migs[len(migs)-1].Version, report.Current)
 	require.NotEmpty(t, report.PGMQ)
 
-	again, err := schema.NewMigrator(conn).Up(ctx, "")
+	again, err := schema.NewMigrator(conn, nil).Up(ctx, "")
 	require.NoError(t, err)
 	require.Empty(t, again.Applied)
 	require.Equal(t, report.Current, again.Current)
 
-	st, err := schema.NewMigrator(conn).Status(ctx)
+	st, err := schema.NewMigrator(conn, nil).Status(ctx)
 	require.NoError(t, err)
 	require.Empty(t, st.Pending)
 	for _, m := range st.Migrations {
@@ -98,11 +98,11 @@ func TestUpToVersion(t *testing.T) {
 	db := pgtest.NewEmpty(t)
 	conn := openConn(t, db.URL)
 
-	report, err := schema.NewMigrator(conn).Up(ctx, "0.16.0")
+	report, err := schema.NewMigrator(conn, nil).Up(ctx, "0.16.0")
 	require.NoError(t, err)
 	require.Equal(t, "v0.16.0", report.Current)
 
-	_, err = schema.NewMigrator(conn).Up(ctx, "v9.9.9")
+	_, err = schema.NewMigrator(conn, nil).Up(ctx, "v9.9.9")
 	require.ErrorContains(t, err, `unknown version "v9.9.9"`)
 	require.ErrorContains(t, err, "v0.16.0")
 }
@@ -125,7 +125,7 @@ func TestConcurrentUpAppliesOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			reports[i], errs[i] = schema.NewMigrator(conn).Up(ctx, "")
+			reports[i], errs[i] = schema.NewMigrator(conn, nil).Up(ctx, "")
 		}()
 	}
 	close(start)
@@ -154,7 +154,7 @@ func TestFailingMigrationLeavesNoTrace(t *testing.T) {
 		SQL: "create table pgflow.second_table (id int); select 1/0;"}
 
 	// Failing first migration: not even the version table or schema survives.
-	m := schema.NewMigrator(conn)
+	m := schema.NewMigrator(conn, nil)
 	schema.SetMigrationsForTest(m, []schema.Migration{{Seq: 1, Version: "v0.0.1", File: "0001_v0.0.1.sql",
 		SQL: "create table pgflow.first_table (id int); select 1/0;"}})
 	_, err := m.Up(ctx, "")
@@ -165,7 +165,7 @@ func TestFailingMigrationLeavesNoTrace(t *testing.T) {
 	require.False(t, exists, "a failed first migration must not leave schema pgflow behind")
 
 	// Failing second migration: the first stays applied, nothing of the second remains.
-	m = schema.NewMigrator(conn)
+	m = schema.NewMigrator(conn, nil)
 	schema.SetMigrationsForTest(m, []schema.Migration{good, bad})
 	_, err = m.Up(ctx, "")
 	require.ErrorContains(t, err, "v0.0.2")
@@ -188,7 +188,7 @@ func TestLockTimeoutBoundsTheWait(t *testing.T) {
 
 	first := schema.Migration{Seq: 1, Version: "v0.0.1", File: "0001_v0.0.1.sql", SQL: "create table pgflow.t (id int);"}
 	second := schema.Migration{Seq: 2, Version: "v0.0.2", File: "0002_v0.0.2.sql", SQL: "alter table pgflow.t add column x int;"}
-	m := schema.NewMigrator(conn, schema.WithLockTimeout(200*time.Millisecond))
+	m := schema.NewMigrator(conn, &schema.MigratorConfig{LockTimeout: 200 * time.Millisecond})
 	schema.SetMigrationsForTest(m, []schema.Migration{first})
 	_, err := m.Up(ctx, "")
 	require.NoError(t, err)
@@ -199,7 +199,7 @@ func TestLockTimeoutBoundsTheWait(t *testing.T) {
 	_, err = tx.Exec(ctx, "lock table pgflow.t in access share mode")
 	require.NoError(t, err)
 
-	m = schema.NewMigrator(conn, schema.WithLockTimeout(200*time.Millisecond))
+	m = schema.NewMigrator(conn, &schema.MigratorConfig{LockTimeout: 200 * time.Millisecond})
 	schema.SetMigrationsForTest(m, []schema.Migration{first, second})
 	_, err = m.Up(ctx, "")
 	require.ErrorContains(t, err, "lock timeout")
@@ -213,12 +213,12 @@ func TestUpRefusesADatabaseNewerThanTheBinary(t *testing.T) {
 	conn := openConn(t, db.URL)
 	one := schema.Migration{Seq: 1, Version: "v0.0.1", File: "0001_v0.0.1.sql", SQL: "select 1;"}
 	two := schema.Migration{Seq: 2, Version: "v0.0.2", File: "0002_v0.0.2.sql", SQL: "select 2;"}
-	m := schema.NewMigrator(conn)
+	m := schema.NewMigrator(conn, nil)
 	schema.SetMigrationsForTest(m, []schema.Migration{one, two})
 	_, err := m.Up(ctx, "")
 	require.NoError(t, err)
 
-	old := schema.NewMigrator(conn)
+	old := schema.NewMigrator(conn, nil)
 	schema.SetMigrationsForTest(old, []schema.Migration{one, {Seq: 2, Version: "v0.0.3", File: "0002_v0.0.3.sql", SQL: "select 3;"}})
 	_, err = old.Up(ctx, "")
 	require.ErrorContains(t, err, "v0.0.2")
@@ -250,7 +250,7 @@ func TestExportWritesAppliableFiles(t *testing.T) {
 			return err
 		}), f)
 	}
-	report, err := schema.NewMigrator(conn).Up(ctx, "")
+	report, err := schema.NewMigrator(conn, nil).Up(ctx, "")
 	require.NoError(t, err)
 	require.Empty(t, report.Applied)
 	require.Equal(t, migs[len(migs)-1].Version, report.Current)

@@ -68,7 +68,7 @@ select exists (select 1 from pg_catalog.pg_available_extension_versions
 	mode, err := schema.InstallPGMQ(ctx, conn, schema.PGMQPreferExtension)
 	require.NoError(t, err)
 	require.Equal(t, schema.PGMQExtension, mode)
-	_, err = schema.NewMigrator(conn).Up(ctx, "") // as pgflow_owner, as roles.sql asks
+	_, err = schema.NewMigrator(conn, nil).Up(ctx, "") // as pgflow_owner, as roles.sql asks
 	require.NoError(t, err)
 
 	rolesSQL, err := schema.OptionalSQL("roles")

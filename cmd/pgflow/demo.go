@@ -319,7 +319,7 @@ func demoMigrate(ctx context.Context, url string, say func(string, ...any)) erro
 		return fmt.Errorf("connect to %s:%d/%s: %w", cfg.Host, cfg.Port, cfg.Database, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	report, err := schema.NewMigrator(conn).Up(ctx, "")
+	report, err := schema.NewMigrator(conn, nil).Up(ctx, "")
 	if err != nil {
 		return fmt.Errorf("install the pgflow schema: %w", err)
 	}

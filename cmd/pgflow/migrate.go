@@ -43,8 +43,8 @@ func newMigrateUpCmd(g *globalOptions) *cobra.Command {
 			}
 			defer conn.Close(cmd.Context())
 			out := cmd.OutOrStdout()
-			m := schema.NewMigrator(conn, schema.WithLockTimeout(lockTimeout), schema.WithPGMQ(pgmq),
-				schema.WithProgress(func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }))
+			m := schema.NewMigrator(conn, &schema.MigratorConfig{LockTimeout: lockTimeout, PGMQ: pgmq,
+				Progress: func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }})
 			report, err := m.Up(cmd.Context(), to)
 			if err != nil {
 				return err
@@ -79,7 +79,7 @@ func newMigrateStatusCmd(g *globalOptions) *cobra.Command {
 				return err
 			}
 			defer conn.Close(cmd.Context())
-			st, err := schema.NewMigrator(conn).Status(cmd.Context())
+			st, err := schema.NewMigrator(conn, nil).Status(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -385,7 +385,7 @@ func TestRunsStartOnAnOldSchema(t *testing.T) {
 	db := pgtest.NewWithPGMQ(t)
 	conn, err := pgx.Connect(context.Background(), db.URL)
 	require.NoError(t, err)
-	_, err = schema.NewMigrator(conn).Up(context.Background(), "v0.19.0")
+	_, err = schema.NewMigrator(conn, nil).Up(context.Background(), "v0.19.0")
 	require.NoError(t, err)
 	require.NoError(t, conn.Close(context.Background()))
 

@@ -138,7 +138,7 @@ func installedVersion(ctx context.Context, conn *pgx.Conn) (version, note string
 	if !pgerr.MissingSchema(err) {
 		return "", "", err
 	}
-	st, err := schema.NewMigrator(conn).Status(ctx)
+	st, err := schema.NewMigrator(conn, nil).Status(ctx)
 	if err != nil {
 		return "", "", err
 	}

@@ -39,7 +39,7 @@ func TestVersionOfTheDatabase(t *testing.T) {
 	old := pgtest.NewWithPGMQ(t)
 	conn, err := pgx.Connect(context.Background(), old.URL)
 	require.NoError(t, err)
-	_, err = schema.NewMigrator(conn).Up(context.Background(), "v0.19.0")
+	_, err = schema.NewMigrator(conn, nil).Up(context.Background(), "v0.19.0")
 	require.NoError(t, err)
 	require.NoError(t, conn.Close(context.Background()))
 	out = mustCLI(t, "--database-url", old.URL, "version")

@@ -67,7 +67,7 @@ func openEnv(ctx context.Context, url string) (*env, error) {
 		e.close()
 		return nil, err
 	}
-	_, err = schema.NewMigrator(conn).Up(ctx, "")
+	_, err = schema.NewMigrator(conn, nil).Up(ctx, "")
 	_ = conn.Close(ctx)
 	if err != nil {
 		e.close()

@@ -89,7 +89,7 @@ type handlerResult struct {
 // timeout is not waited for).
 func (e *Executor) Run(t Task) {
 	meta := t.Meta()
-	log := e.cfg.Logger.With("flow", t.FlowSlug, "run_id", t.RunID, "step", t.StepSlug, "task_index", t.TaskIndex,
+	log := e.cfg.Logger.With("flow", t.FlowSlug, "worker_id", t.WorkerID, "queue", t.QueueName, "run_id", t.RunID, "step", t.StepSlug, "task_index", t.TaskIndex,
 		"msg_id", strconv.FormatInt(t.MsgID, 10), "attempt", t.Attempt)
 	ctx := e.cfg.Observer.TaskStarted(e.cfg.Handlers, meta) // the handler's context, before its deadline
 	finish := func(o observe.Outcome) { e.cfg.Observer.TaskFinished(ctx, meta, o) }

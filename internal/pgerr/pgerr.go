@@ -98,6 +98,9 @@ func Classify(err error) Kind {
 	if code := Code(err); code != "" {
 		return ClassifyCode(code)
 	}
+	if errors.Is(err, ErrFinal) {
+		return KindPermanent
+	}
 	if connectionError(err) {
 		return KindTransient
 	}
@@ -119,6 +122,11 @@ func ClassifyCode(code string) Kind {
 	}
 	return KindPermanent
 }
+
+// ErrFinal marks an error that retrying cannot fix although it carries no SQLSTATE (for example a schema that
+// is too old, found by reading its version): wrap it (fmt.Errorf("...: %w", ..., pgerr.ErrFinal)) and the error
+// is KindPermanent.
+var ErrFinal = errors.New("final")
 
 // Transient reports whether retrying the request that failed with err may succeed.
 func Transient(err error) bool { return Classify(err) == KindTransient }
@@ -217,4 +225,14 @@ func Retry(ctx context.Context, policy backoff.Policy, onRetry func(n int, delay
 		}
 		_ = backoff.Sleep(ctx, delay)
 	}
+}
+
+// Raised returns the message of an exception a pgflow function raised on purpose (RAISE EXCEPTION without an
+// error code, SQLSTATE P0001): one of the SQL API's own checks, such as a root map step given a non-array input.
+func Raised(err error) (message string, ok bool) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "P0001" {
+		return pgErr.Message, true
+	}
+	return "", false
 }

@@ -166,3 +166,10 @@ func TestMisconfiguredAndReason(t *testing.T) {
 	require.Equal(t, "stack depth limit exceeded (SQLSTATE 54001)", Reason(&pgconn.PgError{Code: "54001", Message: "stack depth limit exceeded"}))
 	require.Equal(t, "plain", Reason(errors.New("plain")))
 }
+
+func TestFinalErrorsArePermanent(t *testing.T) {
+	t.Parallel()
+	err := fmt.Errorf("schema too old: %w", ErrFinal)
+	require.Equal(t, KindPermanent, Classify(err))
+	require.Equal(t, KindTransient, Classify(errors.New("something on the way")))
+}

@@ -157,7 +157,7 @@ func (s *server) buildTemplate(ctx context.Context, k kind, name string) error {
 	}
 	switch k {
 	case kindLatest:
-		if _, err := schema.NewMigrator(conn).Up(ctx, ""); err != nil {
+		if _, err := schema.NewMigrator(conn, nil).Up(ctx, ""); err != nil {
 			return fmt.Errorf("pgtest: migrate template %s: %w", name, err)
 		}
 	case kindCore:

@@ -234,7 +234,7 @@ func prepareSoakDB(ctx context.Context, url string, captureEvents bool) error {
 	if _, err := schema.InstallPGMQ(ctx, conn, "auto"); err != nil {
 		return fmt.Errorf("reliability: install PGMQ: %w", err)
 	}
-	if _, err := schema.NewMigrator(conn).Up(ctx, ""); err != nil {
+	if _, err := schema.NewMigrator(conn, nil).Up(ctx, ""); err != nil {
 		return fmt.Errorf("reliability: migrate: %w", err)
 	}
 	setup := InvocationsSQL + `truncate reliability.invocations;`

@@ -7,13 +7,13 @@ package sqlapi
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgflow-go/pgflow/internal/pgerr"
 )
 
 // DBTX is what every function here needs: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
@@ -36,7 +36,13 @@ type TxBeginner interface {
 
 // ErrSchemaTooOld is wrapped by SchemaVersion's error when the database's pgflow schema is older than the Go code
 // needs (or missing).
-var ErrSchemaTooOld = errors.New("the pgflow schema is older than this pgflow-go")
+var ErrSchemaTooOld = fmt.Errorf("the pgflow schema is older than this pgflow-go%w", finalMark{})
+
+// finalMark makes ErrSchemaTooOld match pgerr.ErrFinal (retrying cannot fix it) without changing its text.
+type finalMark struct{}
+
+func (finalMark) Error() string        { return "" }
+func (finalMark) Is(target error) bool { return target == pgerr.ErrFinal }
 
 // MinSchemaVersion is the oldest schema version the Go code works with.
 const MinSchemaVersion = "0.20.0"

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgflow-go/pgflow/internal/pgerr"
 )
 
 // WorkerRow is one pgflow.workers row, with the age of its last heartbeat measured by the database clock and the
@@ -110,8 +110,7 @@ func RegisterWorker(ctx context.Context, db DBTX, workerID, queueName, functionN
 func HeartbeatWorker(ctx context.Context, db DBTX, workerID string) (deprecated bool, err error) {
 	err = db.QueryRow(ctx, `select pgflow.heartbeat_worker(worker_id => $1::uuid)`, workerID).Scan(&deprecated)
 	if err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "P0002" {
+		if pgerr.Code(err) == "P0002" { // no_data_found, raised by heartbeat_worker
 			return false, fmt.Errorf("pgflow.heartbeat_worker(worker %s): %w: %w", workerID, ErrWorkerNotRegistered, err)
 		}
 		return false, fmt.Errorf("pgflow.heartbeat_worker(worker %s): %w", workerID, err)

@@ -30,11 +30,11 @@ func newV016DB(t *testing.T) (*pgtest.DB, func()) {
 	conn, err := pgx.Connect(fx.Ctx(t), db.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	_, err = schema.NewMigrator(conn).Up(fx.Ctx(t), "v0.16.0")
+	_, err = schema.NewMigrator(conn, nil).Up(fx.Ctx(t), "v0.16.0")
 	require.NoError(t, err)
 	return db, func() {
 		t.Helper()
-		report, err := schema.NewMigrator(conn).Up(fx.Ctx(t), "")
+		report, err := schema.NewMigrator(conn, nil).Up(fx.Ctx(t), "")
 		require.NoError(t, err)
 		migs, err := schema.Migrations()
 		require.NoError(t, err)

@@ -87,7 +87,7 @@ func TestNoGrantedFunctionRunsAttackerCodeWithOtherRights(t *testing.T) {
 			fns := grantedFunctions(t, db.Pool, attacker)
 			require.NotEmpty(t, fns, "the scenario grants some function")
 			if sc.name == "pgflow_client" {
-				require.ElementsMatch(t, []string{"pgflow.get_run_with_states", "pgflow.start_flow_with_states"}, fnNames(fns))
+				require.ElementsMatch(t, []string{"pgflow.get_run_with_states", "pgflow.schema_version", "pgflow.start_flow_with_states"}, fnNames(fns))
 			}
 
 			conn, notices := attackerSession(t, db.URL, attacker)

@@ -26,7 +26,7 @@ func newV016(t *testing.T) v016 {
 	conn, err := pgx.Connect(fx.Ctx(t), db.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	report, err := schema.NewMigrator(conn).Up(fx.Ctx(t), "v0.16.0")
+	report, err := schema.NewMigrator(conn, nil).Up(fx.Ctx(t), "v0.16.0")
 	require.NoError(t, err)
 	require.Equal(t, "v0.16.0", report.Current)
 	return v016{DB: db, conn: conn}
@@ -36,7 +36,7 @@ func newV016(t *testing.T) v016 {
 // their own tests).
 func (d v016) upgrade(t *testing.T) (*schema.UpReport, error) {
 	t.Helper()
-	return schema.NewMigrator(d.conn).Up(fx.Ctx(t), "v0.17.0")
+	return schema.NewMigrator(d.conn, nil).Up(fx.Ctx(t), "v0.17.0")
 }
 
 func (d v016) mustUpgrade(t *testing.T) {

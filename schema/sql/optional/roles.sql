@@ -51,7 +51,8 @@
 --     delete_flow_and_data) and the optional prune_data_older_than, and on every pgmq function;
 --   * queues created later by pgflow_owner, or by the pgmq extension's owner, give pgflow_worker (and
 --     pgflow_owner) the same privileges on their tables and sequences through default privileges;
---   * pgflow_client: USAGE on schema pgflow and EXECUTE on start_flow_with_states and get_run_with_states only;
+--   * pgflow_client: USAGE on schema pgflow and EXECUTE on start_flow_with_states, get_run_with_states and
+--     schema_version (v0.20.0) only;
 --   * when realtime.send(jsonb, text, text, boolean) exists (Supabase), pgflow_owner and pgflow_worker may call it.
 -- Everything happens in one transaction when the caller runs the file in one (psql --single-transaction).
 
@@ -214,3 +215,11 @@ $realtime$;
 grant usage on schema pgflow to pgflow_client;
 grant execute on function pgflow.start_flow_with_states(text, jsonb, uuid), pgflow.get_run_with_states(uuid)
   to pgflow_client;
+-- The Go client checks the schema version once (pgflow.schema_version(), v0.20.0): a constant, nothing to read.
+do $client_version$
+begin
+  if pg_catalog.to_regprocedure('pgflow.schema_version()') is not null then
+    grant execute on function pgflow.schema_version() to pgflow_client;
+  end if;
+end;
+$client_version$;
