@@ -2,6 +2,7 @@ package pgflowprom_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -21,20 +22,15 @@ import (
 
 	"github.com/pgflow-go/pgflow"
 	"github.com/pgflow-go/pgflow/internal/pgtest"
+	"github.com/pgflow-go/pgflow/internal/testutil"
 	"github.com/pgflow-go/pgflow/pgflowprom"
 )
 
-const waitTimeout = 60 * time.Second
+const waitTimeout = testutil.WaitTimeout
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitFor(t, what, cond)
 }
 
 // newClient returns a client of pool, closed when the test ends.
@@ -73,21 +69,12 @@ func runWorker(t *testing.T, pool *pgxpool.Pool, flow pgflow.AnyFlow, hooks pgfl
 
 func startRun(t *testing.T, pool *pgxpool.Pool, flow, input string) string {
 	t.Helper()
-	var id string
-	require.NoError(t, pool.QueryRow(context.Background(),
-		`select r.run_id::text from pgflow.start_flow($1, $2::jsonb) as r`, flow, input).Scan(&id))
-	return id
+	return testutil.StartRun(t, pool, flow, json.RawMessage(input))
 }
 
 func waitRun(t *testing.T, pool *pgxpool.Pool, runID string) string {
 	t.Helper()
-	var status string
-	waitFor(t, "run "+runID+" to finish", func() bool {
-		require.NoError(t, pool.QueryRow(context.Background(),
-			`select status from pgflow.runs where run_id = $1`, runID).Scan(&status))
-		return status != "started"
-	})
-	return status
+	return testutil.WaitRun(t, pool, runID).Status
 }
 
 // nudgeRetries makes queued retries of runID visible at once instead of after the retry delay.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgflow-go/pgflow/internal/dashboard"
 	"github.com/pgflow-go/pgflow/internal/pgtest"
+	"github.com/pgflow-go/pgflow/internal/testutil"
 )
 
 const testWorkerID = "11111111-2222-4333-8444-555555555555"
@@ -120,11 +121,7 @@ func defineFan(t *testing.T, pool *pgxpool.Pool, slug string) {
 
 func startRun(t *testing.T, pool *pgxpool.Pool, flow, input string) string {
 	t.Helper()
-	var id string
-	err := pool.QueryRow(context.Background(),
-		`select r.run_id::text from pgflow.start_flow($1, $2::jsonb) as r`, flow, input).Scan(&id)
-	require.NoError(t, err)
-	return id
+	return testutil.StartRun(t, pool, flow, json.RawMessage(input))
 }
 
 // claimed is a task a worker claimed with start_tasks.

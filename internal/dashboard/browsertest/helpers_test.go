@@ -11,6 +11,7 @@ import (
 
 	"github.com/pgflow-go/pgflow/internal/dashboard"
 	"github.com/pgflow-go/pgflow/internal/pgtest"
+	"github.com/pgflow-go/pgflow/internal/testutil"
 )
 
 // The browser tests' own small set of database helpers (the dashboard package's tests keep theirs in
@@ -79,10 +80,7 @@ func defineFan(t *testing.T, pool *pgxpool.Pool, slug string) {
 
 func startRun(t *testing.T, pool *pgxpool.Pool, flow, input string) string {
 	t.Helper()
-	var id string
-	require.NoError(t, pool.QueryRow(context.Background(),
-		`select r.run_id::text from pgflow.start_flow($1, $2::jsonb) as r`, flow, input).Scan(&id))
-	return id
+	return testutil.StartRun(t, pool, flow, json.RawMessage(input))
 }
 
 // claimed is a task claimed with start_tasks.
