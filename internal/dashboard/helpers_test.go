@@ -124,46 +124,21 @@ func startRun(t *testing.T, pool *pgxpool.Pool, flow, input string) string {
 	return testutil.StartRun(t, pool, flow, json.RawMessage(input))
 }
 
-// claimed is a task a worker claimed with start_tasks.
-type claimed struct {
-	RunID     string
-	StepSlug  string
-	TaskIndex int
-	Input     json.RawMessage
-}
+type claimed = testutil.Claimed
 
-// claim reads every visible message of the flow's queue and claims the tasks behind them, like a worker.
 func claim(t *testing.T, pool *pgxpool.Pool, flow string) []claimed {
 	t.Helper()
-	ctx := context.Background()
-	rows, err := pool.Query(ctx, `
-select t.run_id::text, t.step_slug, t.task_index, t.input
-from pgflow.start_tasks($1, array(select m.msg_id from pgmq.read($1, 60, 1000) as m), $2::uuid) as t`,
-		flow, testWorkerID)
-	require.NoError(t, err)
-	defer rows.Close()
-	var out []claimed
-	for rows.Next() {
-		var c claimed
-		require.NoError(t, rows.Scan(&c.RunID, &c.StepSlug, &c.TaskIndex, &c.Input))
-		out = append(out, c)
-	}
-	require.NoError(t, rows.Err())
-	return out
+	return testutil.ClaimAll(t, pool, flow, testWorkerID)
 }
 
 func completeTask(t *testing.T, pool *pgxpool.Pool, c claimed, output string) {
 	t.Helper()
-	_, err := pool.Exec(context.Background(), `select pgflow.complete_task($1::uuid, $2, $3, $4::jsonb)`,
-		c.RunID, c.StepSlug, c.TaskIndex, output)
-	require.NoError(t, err)
+	testutil.CompleteTask(t, pool, c, output)
 }
 
 func failTask(t *testing.T, pool *pgxpool.Pool, c claimed, msg string) {
 	t.Helper()
-	_, err := pool.Exec(context.Background(), `select pgflow.fail_task($1::uuid, $2, $3, $4)`,
-		c.RunID, c.StepSlug, c.TaskIndex, msg)
-	require.NoError(t, err)
+	testutil.FailTask(t, pool, c, msg)
 }
 
 // runToEnd claims and completes tasks of the flow until nothing is left to claim; output gives each task's

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgflow-go/pgflow/internal/pgerr"
 	"github.com/pgflow-go/pgflow/internal/pgtest"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
 	"github.com/pgflow-go/pgflow/schema"

@@ -84,3 +84,47 @@ func WaitRun(t testing.TB, db sqlapi.DBTX, runID string) RunResult {
 	})
 	return res
 }
+
+// Claimed is a task claimed with pgflow.start_tasks.
+type Claimed struct {
+	RunID     string
+	StepSlug  string
+	TaskIndex int
+	Input     json.RawMessage
+}
+
+// ClaimAll reads every visible message of the flow's default queue and claims the tasks behind them as workerID
+// (a registered worker), the way a worker does.
+func ClaimAll(t testing.TB, db sqlapi.DBTX, flow, workerID string) []Claimed {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `
+select t.run_id::text, t.step_slug, t.task_index, t.input
+from pgflow.start_tasks($1, array(select m.msg_id from pgmq.read($1, 60, 1000) as m), $2::uuid) as t`,
+		flow, workerID)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []Claimed
+	for rows.Next() {
+		var c Claimed
+		require.NoError(t, rows.Scan(&c.RunID, &c.StepSlug, &c.TaskIndex, &c.Input))
+		out = append(out, c)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// CompleteTask completes a claimed task with output (JSON) through pgflow.complete_task.
+func CompleteTask(t testing.TB, db sqlapi.DBTX, c Claimed, output string) {
+	t.Helper()
+	_, err := db.Exec(context.Background(), `select pgflow.complete_task($1::uuid, $2, $3, $4::jsonb)`,
+		c.RunID, c.StepSlug, c.TaskIndex, output)
+	require.NoError(t, err)
+}
+
+// FailTask fails a claimed task with msg through pgflow.fail_task.
+func FailTask(t testing.TB, db sqlapi.DBTX, c Claimed, msg string) {
+	t.Helper()
+	_, err := db.Exec(context.Background(), `select pgflow.fail_task($1::uuid, $2, $3, $4)`,
+		c.RunID, c.StepSlug, c.TaskIndex, msg)
+	require.NoError(t, err)
+}
