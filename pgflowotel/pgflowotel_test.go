@@ -28,11 +28,6 @@ import (
 
 const waitTimeout = testutil.WaitTimeout
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	testutil.WaitFor(t, what, cond)
-}
-
 // runWorker runs a worker until the returned stop is called; stop returns once the worker has stopped.
 func runWorker(t *testing.T, pool *pgxpool.Pool, flow pgflow.AnyFlow, hooks pgflow.Hooks) (*pgflow.Worker, func()) {
 	t.Helper()
