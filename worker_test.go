@@ -797,7 +797,7 @@ func TestWorkerMaintenanceRequeuesStalledTask(t *testing.T) {
 	// A worker that died: it claimed the task and never reported.
 	const ghost = "99999999-9999-4999-8999-999999999999"
 	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, ghost, "stalled", "pgflow-go"))
-	msgs, err := sqlapi.ReadWithPoll(ctx, db.Pool, "stalled", 5, 1, 1, 10)
+	msgs, err := sqlapi.ReadWithPoll(ctx, db.Pool, sqlapi.ReadParams{Queue: "stalled", VisibilitySeconds: 5, Qty: 1, MaxPollSeconds: 1, PollIntervalMs: 10})
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
 	claimed, err := sqlapi.StartTasks(ctx, db.Pool, "stalled", "stalled", []int64{msgs[0].ID}, ghost)

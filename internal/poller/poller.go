@@ -231,10 +231,11 @@ func (p *Poller) listening() bool {
 func (p *Poller) poll(stop, calls context.Context, n int) (read int, tasks []executor.Task, err error) {
 	var msgs []sqlapi.Message
 	if !p.listening() {
-		msgs, err = sqlapi.ReadWithPoll(stop, p.cfg.DB, p.cfg.Queue, p.cfg.VisibilitySeconds, n, p.cfg.MaxPollSeconds, p.cfg.PollIntervalMs)
+		msgs, err = sqlapi.ReadWithPoll(stop, p.cfg.DB, sqlapi.ReadParams{Queue: p.cfg.Queue, VisibilitySeconds: p.cfg.VisibilitySeconds,
+			Qty: n, MaxPollSeconds: p.cfg.MaxPollSeconds, PollIntervalMs: p.cfg.PollIntervalMs})
 	} else {
 		p.clearWake()
-		msgs, err = sqlapi.Read(stop, p.cfg.DB, p.cfg.Queue, p.cfg.VisibilitySeconds, n)
+		msgs, err = sqlapi.Read(stop, p.cfg.DB, sqlapi.ReadParams{Queue: p.cfg.Queue, VisibilitySeconds: p.cfg.VisibilitySeconds, Qty: n})
 		if err == nil && len(msgs) == 0 {
 			p.waitForWake(stop)
 			return 0, nil, nil

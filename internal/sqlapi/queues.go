@@ -66,9 +66,19 @@ type Message struct {
 	ReadCount int
 }
 
-// ReadWithPoll calls pgmq.read_with_poll: it reads up to qty messages of queue, hiding them for vt seconds, and
-// waits up to maxPollSeconds (checking every pollIntervalMs) when none is visible.
-func ReadWithPoll(ctx context.Context, db DBTX, queue string, vt, qty, maxPollSeconds, pollIntervalMs int) ([]Message, error) {
+// ReadParams says what to read of a queue.
+type ReadParams struct {
+	Queue             string
+	VisibilitySeconds int // how long read messages stay hidden from other readers
+	Qty               int // at most this many messages
+	// MaxPollSeconds and PollIntervalMs: how long ReadWithPoll waits for a message, and how often it looks.
+	MaxPollSeconds, PollIntervalMs int
+}
+
+// ReadWithPoll calls pgmq.read_with_poll: it reads up to p.Qty messages of p.Queue, hiding them for
+// p.VisibilitySeconds, and waits up to p.MaxPollSeconds (checking every p.PollIntervalMs) when none is visible.
+func ReadWithPoll(ctx context.Context, db DBTX, p ReadParams) ([]Message, error) {
+	queue, vt, qty, maxPollSeconds, pollIntervalMs := p.Queue, p.VisibilitySeconds, p.Qty, p.MaxPollSeconds, p.PollIntervalMs
 	rows, err := db.Query(ctx,
 		`select m.msg_id, m.read_ct
 		   from pgmq.read_with_poll(queue_name => $1::text, vt => $2::integer, qty => $3::integer,
@@ -88,8 +98,10 @@ func ReadWithPoll(ctx context.Context, db DBTX, queue string, vt, qty, maxPollSe
 	return msgs, nil
 }
 
-// Read calls pgmq.read: it reads up to qty visible messages of queue, hiding them for vt seconds, and never waits.
-func Read(ctx context.Context, db DBTX, queue string, vt, qty int) ([]Message, error) {
+// Read calls pgmq.read: it reads up to p.Qty visible messages of p.Queue, hiding them for p.VisibilitySeconds, and
+// never waits (the poll fields are not used).
+func Read(ctx context.Context, db DBTX, p ReadParams) ([]Message, error) {
+	queue, vt, qty := p.Queue, p.VisibilitySeconds, p.Qty
 	rows, err := db.Query(ctx,
 		`select m.msg_id, m.read_ct from pgmq.read(queue_name => $1::text, vt => $2::integer, qty => $3::integer) as m`,
 		queue, vt, qty)

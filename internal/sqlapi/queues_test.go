@@ -58,7 +58,7 @@ func TestGetQueueMetrics(t *testing.T) {
 	requireDepth(t, 3, 3, depth)
 
 	// A read hides a message without removing it.
-	msgs, err := sqlapi.ReadWithPoll(ctx, db.Pool, "fan", 30, 1, 1, 10)
+	msgs, err := sqlapi.ReadWithPoll(ctx, db.Pool, sqlapi.ReadParams{Queue: "fan", VisibilitySeconds: 30, Qty: 1, MaxPollSeconds: 1, PollIntervalMs: 10})
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
 	depth, err = sqlapi.GetQueueMetrics(ctx, db.Pool, "fan")

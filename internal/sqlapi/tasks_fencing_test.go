@@ -20,7 +20,7 @@ func claimOnly(t *testing.T, slug string) (*pgtest.DB, sqlapi.ClaimedTask) {
 	_, err := db.Pool.Exec(ctx, `update pgflow.flows set opt_timeout = 7, opt_max_attempts = 4 where flow_slug = $1`, slug)
 	require.NoError(t, err)
 	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, workerA, slug, "pgflow-go"))
-	msgs, err := sqlapi.Read(ctx, db.Pool, slug, 30, 10)
+	msgs, err := sqlapi.Read(ctx, db.Pool, sqlapi.ReadParams{Queue: slug, VisibilitySeconds: 30, Qty: 10})
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
 	tasks, err := sqlapi.StartTasks(ctx, db.Pool, slug, slug, []int64{msgs[0].ID}, workerA)

@@ -103,7 +103,7 @@ func TestReadClaimCompleteAndAttempts(t *testing.T) {
 	runID := defineFlow(t, db.Pool, "claims", `{"n": 0, "ok": false, "s": ""}`)
 	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, workerA, "claims", "pgflow-go"))
 
-	msgs, err := sqlapi.ReadWithPoll(ctx, db.Pool, "claims", 5, 10, 1, 10)
+	msgs, err := sqlapi.ReadWithPoll(ctx, db.Pool, sqlapi.ReadParams{Queue: "claims", VisibilitySeconds: 5, Qty: 10, MaxPollSeconds: 1, PollIntervalMs: 10})
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
 	require.Equal(t, 1, msgs[0].ReadCount)
@@ -132,7 +132,7 @@ func TestReadClaimCompleteAndAttempts(t *testing.T) {
 	require.Equal(t, sqlapi.FailedTask{Status: "queued", Outcome: sqlapi.OutcomeRecorded, CurrentAttempt: 1}, failed)
 	_, err = db.Pool.Exec(ctx, `select pgmq.set_vt('claims', $1, 0)`, msgs[0].ID)
 	require.NoError(t, err)
-	msgs, err = sqlapi.ReadWithPoll(ctx, db.Pool, "claims", 5, 10, 1, 10)
+	msgs, err = sqlapi.ReadWithPoll(ctx, db.Pool, sqlapi.ReadParams{Queue: "claims", VisibilitySeconds: 5, Qty: 10, MaxPollSeconds: 1, PollIntervalMs: 10})
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
 	tasks, err = sqlapi.StartTasks(ctx, db.Pool, "claims", "claims", []int64{msgs[0].ID}, workerA)
@@ -155,7 +155,7 @@ func TestReadClaimCompleteAndAttempts(t *testing.T) {
 	require.Equal(t, []sqlapi.CompletedTask{{Status: "", Outcome: sqlapi.OutcomeUnknown}}, done)
 
 	// Nothing to read: an empty result after the poll wait.
-	msgs, err = sqlapi.ReadWithPoll(ctx, db.Pool, "claims", 5, 10, 1, 10)
+	msgs, err = sqlapi.ReadWithPoll(ctx, db.Pool, sqlapi.ReadParams{Queue: "claims", VisibilitySeconds: 5, Qty: 10, MaxPollSeconds: 1, PollIntervalMs: 10})
 	require.NoError(t, err)
 	require.Empty(t, msgs)
 
@@ -176,7 +176,7 @@ func TestStartTasksConcurrentClaimsAreExclusive(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, workerA, "exclusive", "pgflow-go"))
 	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, workerB, "exclusive", "pgflow-go"))
-	msgs, err := sqlapi.ReadWithPoll(ctx, db.Pool, "exclusive", 30, 20, 1, 10)
+	msgs, err := sqlapi.ReadWithPoll(ctx, db.Pool, sqlapi.ReadParams{Queue: "exclusive", VisibilitySeconds: 30, Qty: 20, MaxPollSeconds: 1, PollIntervalMs: 10})
 	require.NoError(t, err)
 	require.Len(t, msgs, 12)
 	ids := make([]int64, len(msgs))
@@ -225,7 +225,7 @@ func TestRequeueStalledTasksTakesTheMaintenanceLock(t *testing.T) {
 	db := pgtest.New(t)
 	runID := defineFlow(t, db.Pool, "stalls", `{}`)
 	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, workerA, "stalls", "pgflow-go"))
-	msgs, err := sqlapi.ReadWithPoll(ctx, db.Pool, "stalls", 5, 10, 1, 10)
+	msgs, err := sqlapi.ReadWithPoll(ctx, db.Pool, sqlapi.ReadParams{Queue: "stalls", VisibilitySeconds: 5, Qty: 10, MaxPollSeconds: 1, PollIntervalMs: 10})
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
 	_, err = sqlapi.StartTasks(ctx, db.Pool, "stalls", "stalls", []int64{msgs[0].ID}, workerA)
