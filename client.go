@@ -285,11 +285,17 @@ func (c *Client) getRun(ctx context.Context, id string) (*Run, error) {
 	return runFromRow(r), nil
 }
 
-// WaitRun waits until the run is completed or failed and returns it (a failed run is returned with a nil error;
-// check Status or Run.Err). It listens for the run's events and re-reads the run when one says the run ended,
+// WaitRun waits until the run is completed, failed or cancelled and returns it (a failed or cancelled run is
+// returned with a nil error; check Status or Run.Err, which is a *RunCancelledError matching ErrRunCancelled for a
+// cancelled run). It listens for the run's events and re-reads the run when one says the run ended,
 // and also re-reads it every poll interval, so it finishes even if events cannot be delivered. No transition is
 // missed: it subscribes before it reads, and re-reads after the listener (re)connects. It returns ctx's error
 // when ctx ends first, ErrRunNotFound for an unknown run and ErrClientClosed if the client is closed.
+//
+// Nothing waits silently: while it waits, WaitRun checks what the run waits on every few seconds (see
+// Client.RunHealth) and logs a warning on the client's Logger when no alive worker serves a queue holding tasks of
+// the run, or when a task of it is stalled past its step timeout and waits for stalled-task recovery: once per
+// wait, then again only when the situation changes (and an info line when it resolves).
 func (c *Client) WaitRun(ctx context.Context, runID string) (*Run, error) {
 	id, err := canonicalRunID(runID)
 	if err != nil {
@@ -303,6 +309,7 @@ func (c *Client) WaitRun(ctx context.Context, runID string) (*Run, error) {
 
 	ticker := time.NewTicker(c.pollInterval)
 	defer ticker.Stop()
+	health := &healthWatch{c: c, id: id}
 	for {
 		run, err := c.read(ctx, id)
 		switch {
@@ -310,6 +317,7 @@ func (c *Client) WaitRun(ctx context.Context, runID string) (*Run, error) {
 			if run.Status.Terminal() {
 				return run, nil
 			}
+			health.check(ctx)
 		case errors.Is(err, ErrRunNotFound), ctx.Err() != nil, !retryRead(err):
 			return nil, fmt.Errorf("pgflow: wait run %s: %w", id, errors.Join(err, ctx.Err()))
 		default:
@@ -358,9 +366,9 @@ func retryRead(err error) bool { return pgerr.Transient(err) }
 
 // Subscribe streams the events of one run. It returns once the client listens for them: every transition
 // committed after Subscribe returns is delivered in commit order, and the channel is closed after the run's
-// terminal event (run:completed or run:failed), when ctx ends or when the client is closed. Events from before
+// terminal event (run:completed, run:failed or run:cancelled), when ctx ends or when the client is closed. Events from before
 // the call are not replayed; read the run with GetRun after subscribing to see where it stands. A run that is
-// already completed or failed gives a channel that is closed at once.
+// already completed, failed or cancelled gives a channel that is closed at once.
 //
 // If the listener connection breaks, events committed while it reconnects are lost (nothing is synthesized);
 // after reconnecting the client re-reads the run and closes the channel if it ended meanwhile. GetRun and

@@ -41,6 +41,9 @@ type RunInfo struct {
 	StartedAt      time.Time
 	CompletedAt    *time.Time
 	FailedAt       *time.Time
+	CancelledAt    *time.Time // set for a cancelled run
+	// RetryOf is the run this one re-ran (RetryRunOpts.Fresh); "" otherwise.
+	RetryOf string
 	// Error is the error of the run's first failed step (in step order), cut to 300 characters; "" otherwise.
 	Error string
 }
@@ -60,10 +63,10 @@ func (c *Client) ListRuns(ctx context.Context, opts *ListRunsOpts) (*RunList, er
 		p.Limit = 50
 	}
 	switch opts.Status {
-	case "", RunStarted, RunCompleted, RunFailed:
+	case "", RunStarted, RunCompleted, RunFailed, RunCancelled:
 	default:
-		return nil, fmt.Errorf("pgflow: list runs: ListRunsOpts.Status = %q: must be %q, %q or %q", opts.Status,
-			RunStarted, RunCompleted, RunFailed)
+		return nil, fmt.Errorf("pgflow: list runs: ListRunsOpts.Status = %q: must be %q, %q, %q or %q", opts.Status,
+			RunStarted, RunCompleted, RunFailed, RunCancelled)
 	}
 	if !opts.StartedAfter.IsZero() {
 		p.StartedAfter = &opts.StartedAfter
@@ -89,7 +92,10 @@ func (c *Client) ListRuns(ctx context.Context, opts *ListRunsOpts) (*RunList, er
 	for i, r := range rows {
 		out.Runs[i] = RunInfo{ID: r.RunID, FlowSlug: r.FlowSlug, Status: RunStatus(r.Status),
 			RemainingSteps: r.RemainingSteps, StepsTotal: r.StepsTotal, StepsDone: r.StepsDone,
-			StartedAt: r.StartedAt, CompletedAt: r.CompletedAt, FailedAt: r.FailedAt}
+			StartedAt: r.StartedAt, CompletedAt: r.CompletedAt, FailedAt: r.FailedAt, CancelledAt: r.CancelledAt}
+		if r.RetryOf != nil {
+			out.Runs[i].RetryOf = *r.RetryOf
+		}
 		if r.ErrorMessage != nil {
 			out.Runs[i].Error = *r.ErrorMessage
 		}

@@ -8,9 +8,12 @@ import (
 	"time"
 
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
+	"github.com/pgflow-go/pgflow/internal/taskrun"
 )
 
-// RunStatus is the status of a run: RunStarted, then RunCompleted or RunFailed (both terminal, never left).
+// RunStatus is the status of a run: RunStarted, then RunCompleted, RunFailed or RunCancelled. Those three are
+// terminal: nothing happens to the run any more, except that Client.RetryRun may return a failed or cancelled run
+// to RunStarted (a completed run is never left).
 type RunStatus string
 
 // Run statuses.
@@ -18,10 +21,12 @@ const (
 	RunStarted   RunStatus = "started"
 	RunCompleted RunStatus = "completed"
 	RunFailed    RunStatus = "failed"
+	// RunCancelled: Client.CancelRun (or pgflow.cancel_run) stopped the run; see Run.CancelledAt and CancelReason.
+	RunCancelled RunStatus = "cancelled"
 )
 
-// Terminal reports whether the status is completed or failed.
-func (s RunStatus) Terminal() bool { return s == RunCompleted || s == RunFailed }
+// Terminal reports whether the status is completed, failed or cancelled.
+func (s RunStatus) Terminal() bool { return s == RunCompleted || s == RunFailed || s == RunCancelled }
 
 // StepStatus is the status of one step within a run: StepCreated, StepStarted, then one of the terminal
 // statuses StepCompleted, StepFailed or StepSkipped.
@@ -54,6 +59,11 @@ type Run struct {
 	StartedAt      time.Time  `json:"started_at"`
 	CompletedAt    *time.Time `json:"completed_at,omitempty"`
 	FailedAt       *time.Time `json:"failed_at,omitempty"`
+	// CancelledAt and CancelReason are set for a cancelled run (CancelReason only when a reason was given).
+	CancelledAt  *time.Time `json:"cancelled_at,omitempty"`
+	CancelReason string     `json:"cancel_reason,omitempty"`
+	// RetryOf is the id of the run this one re-ran, for a run started by Client.RetryRun with Fresh; "" otherwise.
+	RetryOf string `json:"retry_of,omitempty"`
 	// Steps are in definition (step_index) order.
 	Steps []StepState `json:"steps"`
 }
@@ -75,7 +85,9 @@ type StepState struct {
 	// ErrorMessage is the last failure of a failed step, or of a step skipped because its handler exhausted its
 	// attempts.
 	ErrorMessage string `json:"error_message,omitempty"`
-	// SkipReason is set for skipped steps: "condition_unmet", "handler_failed" or "dependency_skipped".
+	// SkipReason is set for skipped steps: "condition_unmet", "handler_failed" or "dependency_skipped"; and, for
+	// the steps that had not finished when their run failed or was cancelled (they will not run), "run_failed" or
+	// "run_cancelled".
 	SkipReason  string     `json:"skip_reason,omitempty"`
 	CreatedAt   time.Time  `json:"created_at"`
 	StartedAt   *time.Time `json:"started_at,omitempty"`
@@ -94,9 +106,13 @@ func (r *Run) Step(slug string) *StepState {
 	return nil
 }
 
-// Err returns nil unless the run failed; then an error wrapping ErrRunFailed that names the run, the flow and
-// each failed step with its error message.
+// Err returns nil unless the run failed or was cancelled. For a failed run it is an error wrapping ErrRunFailed
+// that names the run, the flow and each failed step with its error message; for a cancelled run, a
+// *RunCancelledError (errors.Is(err, ErrRunCancelled)) with the run, its flow and the reason given.
 func (r *Run) Err() error {
+	if r.Status == RunCancelled {
+		return &RunCancelledError{RunID: r.ID, FlowSlug: r.FlowSlug, Reason: r.CancelReason, At: r.CancelledAt}
+	}
 	if r.Status != RunFailed {
 		return nil
 	}
@@ -126,6 +142,10 @@ var (
 	ErrRunIDConflict = errors.New("run id already used by another flow")
 	// ErrRunFailed: the run failed (returned by Run.Err and RunOutput).
 	ErrRunFailed = errors.New("run failed")
+	// ErrRunFinished: Client.CancelRun on a run that is already completed, failed or cancelled, or Client.RetryRun
+	// on a run that is started or completed (or that a concurrent retry resumed first). The error names the
+	// run's status; nothing was changed.
+	ErrRunFinished = errors.New("run already finished")
 	// ErrRunNotCompleted: RunOutput on a run that is still running.
 	ErrRunNotCompleted = errors.New("run not completed")
 	// ErrStepNotCompleted: StepOutput for a step that has not completed (it is created, started, failed or
@@ -138,7 +158,8 @@ var (
 )
 
 // RunOutput decodes the output of a completed run into O (typically a struct with one field per leaf step, or
-// map[string]json.RawMessage). A failed run gives an error wrapping ErrRunFailed, a running one ErrRunNotCompleted.
+// map[string]json.RawMessage). A failed run gives an error wrapping ErrRunFailed, a cancelled one a
+// *RunCancelledError (ErrRunCancelled), a running one ErrRunNotCompleted.
 func RunOutput[O any](run *Run) (O, error) {
 	var out O
 	if run == nil {
@@ -146,7 +167,7 @@ func RunOutput[O any](run *Run) (O, error) {
 	}
 	switch run.Status {
 	case RunCompleted:
-	case RunFailed:
+	case RunFailed, RunCancelled:
 		return out, run.Err()
 	default:
 		return out, fmt.Errorf("pgflow: run %s of flow %q is %s: %w", run.ID, run.FlowSlug, run.Status, ErrRunNotCompleted)
@@ -203,7 +224,14 @@ func runFromRow(r *sqlapi.RunWithStates) *Run {
 		StartedAt:      r.Run.StartedAt,
 		CompletedAt:    r.Run.CompletedAt,
 		FailedAt:       r.Run.FailedAt,
+		CancelledAt:    r.Run.CancelledAt,
 		Steps:          make([]StepState, 0, len(r.Steps)),
+	}
+	if r.Run.CancelReason != nil {
+		run.CancelReason = *r.Run.CancelReason
+	}
+	if r.Run.RetryOf != nil {
+		run.RetryOf = *r.Run.RetryOf
 	}
 	if run.Status == RunCompleted {
 		run.Output = nullIfEmpty(r.Run.Output)
@@ -258,6 +286,7 @@ const (
 	EventRunStarted    EventType = "run:started"
 	EventRunCompleted  EventType = "run:completed"
 	EventRunFailed     EventType = "run:failed"
+	EventRunCancelled  EventType = "run:cancelled"
 	EventStepStarted   EventType = "step:started"
 	EventStepCompleted EventType = "step:completed"
 	EventStepFailed    EventType = "step:failed"
@@ -267,5 +296,18 @@ const (
 // IsRunEvent reports whether the event is about the run itself (not one of its steps).
 func (e Event) IsRunEvent() bool { return strings.HasPrefix(string(e.Type), "run:") }
 
-// IsTerminal reports whether the event says the run completed or failed.
-func (e Event) IsTerminal() bool { return e.Type == EventRunCompleted || e.Type == EventRunFailed }
+// IsTerminal reports whether the event says the run completed, failed or was cancelled. (A failed or cancelled
+// run may be resumed later by Client.RetryRun, which emits run:started again; a Subscribe channel has ended by
+// then: subscribe again.)
+func (e Event) IsTerminal() bool {
+	return e.Type == EventRunCompleted || e.Type == EventRunFailed || e.Type == EventRunCancelled
+}
+
+// ErrRunCancelled is matched (errors.Is) by every *RunCancelledError: by Run.Err and RunOutput of a cancelled run,
+// and by the cause of the context of a handler whose run was cancelled while it ran (context.Cause(ctx)).
+var ErrRunCancelled = taskrun.ErrRunCancelled
+
+// RunCancelledError says that a run was cancelled. Run.Err returns one for a cancelled run (with FlowSlug, Reason
+// and At); a handler whose run is cancelled while it runs finds one, with RunID only, as the cause of its
+// context. It matches ErrRunCancelled and context.Canceled.
+type RunCancelledError = taskrun.RunCancelledError

@@ -13,12 +13,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgflow-go/pgflow/internal/pgerr"
 )
 
 // ListRunsParams selects a page of runs. Empty strings and nil times mean "any".
 type ListRunsParams struct {
 	Flow          string
-	Status        string // started | completed | failed
+	Status        string // started | completed | failed | cancelled
 	StartedAfter  *time.Time
 	StartedBefore *time.Time
 	// After, when set, continues a listing after that run (keyset pagination, newest first): only runs that sort
@@ -46,6 +47,8 @@ type RunSummary struct {
 	StartedAt      time.Time
 	CompletedAt    *time.Time
 	FailedAt       *time.Time
+	CancelledAt    *time.Time // schema v0.20.0
+	RetryOf        *string    // schema v0.20.0: the run a fresh retry re-ran
 	StepsTotal     int
 	StepsDone      int     // completed or skipped
 	ErrorMessage   *string // of the first failed step (by step_index), shortened to 300 characters
@@ -53,6 +56,7 @@ type RunSummary struct {
 
 const listRunsSQL = `
 select r.run_id::text, r.flow_slug, r.status, r.remaining_steps, r.started_at, r.completed_at, r.failed_at,
+  r.cancelled_at, r.retry_of::text,
   (select count(*) from pgflow.step_states as ss where ss.run_id = r.run_id)::int,
   (select count(*) from pgflow.step_states as ss
    where ss.run_id = r.run_id and ss.status in ('completed', 'skipped'))::int,
@@ -102,7 +106,7 @@ func ListRuns(ctx context.Context, db DBTX, p ListRunsParams) ([]RunSummary, int
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunSummary, error) {
 		var r RunSummary
 		err := row.Scan(&r.RunID, &r.FlowSlug, &r.Status, &r.RemainingSteps, &r.StartedAt, &r.CompletedAt,
-			&r.FailedAt, &r.StepsTotal, &r.StepsDone, &r.ErrorMessage)
+			&r.FailedAt, &r.CancelledAt, &r.RetryOf, &r.StepsTotal, &r.StepsDone, &r.ErrorMessage)
 		return r, err
 	})
 	if err != nil {
@@ -274,6 +278,10 @@ type RunRow struct {
 	StartedAt      time.Time       `json:"started_at"`
 	CompletedAt    *time.Time      `json:"completed_at"`
 	FailedAt       *time.Time      `json:"failed_at"`
+	// Since schema v0.20.0 (run control): when and why the run was cancelled, and the run a fresh retry re-ran.
+	CancelledAt  *time.Time `json:"cancelled_at"`
+	CancelReason *string    `json:"cancel_reason"`
+	RetryOf      *string    `json:"retry_of"`
 }
 
 // StepStateRow is a pgflow.step_states row as pgflow.get_run_with_states renders it.
@@ -415,4 +423,148 @@ func StartFlows(ctx context.Context, db DBTX, flowSlug string, inputs []json.Raw
 		return nil, fmt.Errorf("pgflow.start_flows(flow %q, %d runs): %w", flowSlug, len(inputs), err)
 	}
 	return runs, nil
+}
+
+// Run control (schema v0.20.0): cancel a run, retry it in place or as a fresh run, and the health read that says
+// what a run waits on. The two calls change state only through pgflow.cancel_run and pgflow.retry_run.
+
+// ControlledRun is the run row pgflow.cancel_run or pgflow.retry_run returned.
+type ControlledRun struct {
+	RunID  string
+	Status string
+}
+
+// CancelRun calls pgflow.cancel_run(run_id, reason) (reason "" is NULL). Errors are the database's: classify
+// them with IsRunMissing (no such run) and IsRunFinished (the run is already completed, failed or cancelled).
+func CancelRun(ctx context.Context, db DBTX, runID, reason string) (ControlledRun, error) {
+	var why any
+	if reason != "" {
+		why = reason
+	}
+	var r ControlledRun
+	err := db.QueryRow(ctx, `select r.run_id::text, r.status from pgflow.cancel_run(run_id => $1::uuid, reason => $2::text) as r`,
+		runID, why).Scan(&r.RunID, &r.Status)
+	return r, err
+}
+
+// RetryRun calls pgflow.retry_run(run_id, fresh): fresh false resumes the failed or cancelled run in place and
+// returns it; fresh true starts a new run with the same input (retry_of = runID) and returns the new run. Errors
+// are the database's: IsRunMissing, IsRunFinished (the run's status does not allow it: started or completed, or a
+// concurrent retry resumed it first).
+func RetryRun(ctx context.Context, db DBTX, runID string, fresh bool) (ControlledRun, error) {
+	var r ControlledRun
+	err := db.QueryRow(ctx, `select r.run_id::text, r.status from pgflow.retry_run(run_id => $1::uuid, fresh => $2::boolean) as r`,
+		runID, fresh).Scan(&r.RunID, &r.Status)
+	return r, err
+}
+
+// IsRunMissing reports whether err is the no_data_found (P0002) that pgflow.cancel_run and pgflow.retry_run
+// raise for an unknown run id.
+func IsRunMissing(err error) bool { return pgerr.Code(err) == "P0002" }
+
+// IsRunFinished reports whether err is the object_not_in_prerequisite_state (55000) that pgflow.cancel_run and
+// pgflow.retry_run raise for a run whose status does not allow the call ("run <id> is already <status>").
+func IsRunFinished(err error) bool { return pgerr.Code(err) == "55000" }
+
+// ErrorMessage returns the message of the database error in err's chain, or err's own text.
+func ErrorMessage(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Message
+	}
+	return err.Error()
+}
+
+// RunHealthRow is what one run waits on: its status, per queue its unfinished tasks and the alive workers
+// serving that queue, and its tasks that are started for longer than their step timeout (waiting for
+// stalled-task recovery). Times are the database clock's.
+type RunHealthRow struct {
+	RunID   string
+	Status  string
+	Now     time.Time
+	Queues  []RunQueueLoad
+	Stalled []StalledTask
+}
+
+// RunQueueLoad is one queue holding unfinished tasks of a run.
+type RunQueueLoad struct {
+	Queue        string
+	Queued       int
+	Started      int
+	AliveWorkers int        // not stopped, not deprecated, heartbeat within the threshold
+	LastSeen     *time.Time // the latest heartbeat of any worker row of the queue; nil when none ever registered
+}
+
+// StalledTask is a started task past its step timeout: its worker did not report (it died, or its handler
+// outlives the timeout) and stalled-task recovery requeues it once the timeout plus 30 s have passed.
+type StalledTask struct {
+	StepSlug       string
+	TaskIndex      int
+	Attempt        int
+	StartedAt      time.Time
+	TimeoutSeconds int
+	WorkerID       *string
+	RequeuedCount  int
+}
+
+const runHealthQueuesSQL = `
+select t.queue_name,
+  count(*) filter (where t.status = 'queued')::int,
+  count(*) filter (where t.status = 'started')::int,
+  (select count(*) from pgflow.workers as w
+    where w.queue_name = t.queue_name and w.stopped_at is null and w.deprecated_at is null
+      and w.last_heartbeat_at >= now() - make_interval(secs => $2::float8))::int,
+  (select max(w.last_heartbeat_at) from pgflow.workers as w where w.queue_name = t.queue_name)
+from pgflow.step_tasks as t
+where t.run_id = $1::uuid and t.status in ('queued', 'started')
+group by t.queue_name
+order by t.queue_name`
+
+const runHealthStalledSQL = `
+select t.step_slug, t.task_index, t.attempts_count, t.started_at, coalesce(s.opt_timeout, f.opt_timeout)::int,
+  t.last_worker_id::text, t.requeued_count
+from pgflow.step_tasks as t
+join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+join pgflow.flows as f on f.flow_slug = t.flow_slug
+where t.run_id = $1::uuid and t.status = 'started' and t.permanently_stalled_at is null
+  and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout)::bigint)
+order by s.step_index, t.task_index`
+
+// GetRunHealth reads what run runID waits on (see RunHealthRow); a worker counts as alive when its last heartbeat
+// is at most aliveWithin old. It returns nil, nil for an unknown run. The reads are plain selects on the pgflow
+// tables (the role needs SELECT on runs, step_tasks, steps, flows and workers); they change nothing.
+func GetRunHealth(ctx context.Context, db DBTX, runID string, aliveWithin time.Duration) (*RunHealthRow, error) {
+	h := &RunHealthRow{RunID: runID}
+	err := db.QueryRow(ctx, `select r.status, now() from pgflow.runs as r where r.run_id = $1::uuid`, runID).Scan(&h.Status, &h.Now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the health of run %s: %w", runID, err)
+	}
+	rows, err := db.Query(ctx, runHealthQueuesSQL, runID, aliveWithin.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("read the queues of run %s: %w", runID, err)
+	}
+	h.Queues, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunQueueLoad, error) {
+		var q RunQueueLoad
+		err := row.Scan(&q.Queue, &q.Queued, &q.Started, &q.AliveWorkers, &q.LastSeen)
+		return q, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the queues of run %s: %w", runID, err)
+	}
+	rows, err = db.Query(ctx, runHealthStalledSQL, runID)
+	if err != nil {
+		return nil, fmt.Errorf("read the stalled tasks of run %s: %w", runID, err)
+	}
+	h.Stalled, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (StalledTask, error) {
+		var s StalledTask
+		err := row.Scan(&s.StepSlug, &s.TaskIndex, &s.Attempt, &s.StartedAt, &s.TimeoutSeconds, &s.WorkerID, &s.RequeuedCount)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the stalled tasks of run %s: %w", runID, err)
+	}
+	return h, nil
 }

@@ -107,3 +107,35 @@ func (e *TimeoutError) Error() string {
 func (e *TimeoutError) Is(target error) bool {
 	return target == ErrStepTimeout || target == context.DeadlineExceeded
 }
+
+// ErrRunCancelled is matched (errors.Is) by a RunCancelledError. Package pgflow exports it as
+// pgflow.ErrRunCancelled.
+var ErrRunCancelled = errors.New("run cancelled")
+
+// RunCancelledError says that a run was cancelled (pgflow.cancel_run). It is the cause of the context of a
+// handler whose run was cancelled while it ran (context.Cause), and what pgflow's Run.Err returns for a cancelled
+// run. It matches ErrRunCancelled and context.Canceled.
+type RunCancelledError struct {
+	RunID    string
+	FlowSlug string     // set when known
+	Reason   string     // the reason given to cancel_run, when known ("" for a handler's context: the worker learns only the id)
+	At       *time.Time // when the run was cancelled, when known
+}
+
+func (e *RunCancelledError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "run %s", e.RunID)
+	if e.FlowSlug != "" {
+		fmt.Fprintf(&b, " of flow %q", e.FlowSlug)
+	}
+	b.WriteString(" was cancelled")
+	if e.Reason != "" {
+		fmt.Fprintf(&b, ": %s", e.Reason)
+	}
+	return b.String()
+}
+
+// Is reports whether target is ErrRunCancelled or context.Canceled.
+func (e *RunCancelledError) Is(target error) bool {
+	return target == ErrRunCancelled || target == context.Canceled
+}
