@@ -1,4 +1,5 @@
 -- pgflow.step_tasks: units of work. A single step has one task (task_index 0), a map step one per array element.
+-- A task ends 'completed', 'failed' or 'cancelled' (v0.20.0: its run failed or was cancelled before it finished).
 -- A queued task's message identity is (queue_name, message_id): queue_name is a snapshot of the step's queue_name
 -- taken when the task is created, and every later message operation on the task uses it. message_id stays NULL for
 -- a task without a message; (queue_name, message_id) is unique among tasks that have one.
@@ -21,6 +22,8 @@ create table pgflow.step_tasks (
   last_requeued_at       timestamptz,
   permanently_stalled_at timestamptz,
   queue_name             text        not null,
+  retry_at               timestamptz,
+  attempts_before_retry  int         not null default 0,
   constraint step_tasks_pkey primary key (run_id, step_slug, task_index),
   constraint step_tasks_flow_slug_fkey foreign key (flow_slug) references pgflow.flows (flow_slug),
   constraint step_tasks_run_id_fkey foreign key (run_id) references pgflow.runs (run_id),
@@ -28,7 +31,7 @@ create table pgflow.step_tasks (
     references pgflow.step_states (run_id, step_slug),
   constraint step_tasks_last_worker_id_fkey foreign key (last_worker_id)
     references pgflow.workers (worker_id) on delete set null,
-  constraint valid_status check (status in ('queued', 'started', 'completed', 'failed')),
+  constraint valid_status check (status in ('queued', 'started', 'completed', 'failed', 'cancelled')),
   constraint output_valid_only_for_completed check (output is null or status in ('completed', 'failed')),
   constraint attempts_count_nonnegative check (attempts_count >= 0),
   constraint completed_at_or_failed_at check (not (completed_at is not null and failed_at is not null)),
@@ -40,9 +43,14 @@ create table pgflow.step_tasks (
   constraint failed_at_is_after_started_at check (
     failed_at is null or started_at is null or failed_at >= started_at),
   constraint step_tasks_queue_name_is_valid check (queue_name ~ '^[a-z_][a-z0-9_]{0,46}$'),
-  constraint step_tasks_queue_name_message_id_key unique (queue_name, message_id)
+  constraint step_tasks_queue_name_message_id_key unique (queue_name, message_id),
+  constraint attempts_before_retry_in_range check (attempts_before_retry >= 0 and attempts_before_retry <= attempts_count)
 );
 
+comment on column pgflow.step_tasks.retry_at is
+  'When the task was last queued for a retry (fail_task): the time its next attempt becomes visible. NULL otherwise.';
+comment on column pgflow.step_tasks.attempts_before_retry is
+  'attempts_count when pgflow.retry_run last gave the task fresh attempts (0 if never): attempt numbers keep counting, so a report of an attempt from before the retry stays fenced, while the retry budget counts attempts_count - attempts_before_retry.';
 comment on column pgflow.step_tasks.queue_name is
   'Canonical lower-case name of the PGMQ queue that holds this task''s message, copied from its step when the task was created.';
 

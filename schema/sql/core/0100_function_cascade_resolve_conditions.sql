@@ -13,7 +13,6 @@ declare
   v_skipped    text[];
   v_slug       text;
   v_step       record;
-  v_queue      record;
   v_status     text;
 begin
   select r.flow_slug, r.status, r.input into v_run
@@ -21,7 +20,7 @@ begin
    where r.run_id = cascade_resolve_conditions.run_id;
   if not found or v_run.status = 'completed' then
     return true;
-  elsif v_run.status = 'failed' then
+  elsif v_run.status in ('failed', 'cancelled') then
     return false;
   end if;
 
@@ -91,6 +90,9 @@ begin
         'step:' || v_step.step_slug || ':failed',
         v_step.run_id);
 
+      -- The rest of the run will not run: unfinished steps skipped, unfinished tasks cancelled, messages archived.
+      perform pgflow._finish_run_steps(cascade_resolve_conditions.run_id, 'run_failed');
+
       update pgflow.runs as r
          set status = 'failed',
              failed_at = now()
@@ -107,18 +109,6 @@ begin
           'failed_at', v_step.failed_at),
         'run:failed',
         v_step.run_id);
-
-      for v_queue in
-        select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
-          from pgflow.step_tasks as t
-         where t.run_id = cascade_resolve_conditions.run_id
-           and t.status in ('queued', 'started')
-           and t.message_id is not null
-         group by t.queue_name
-         order by t.queue_name
-      loop
-        perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
-      end loop;
 
       return false;
     end if;
@@ -188,7 +178,7 @@ begin
 
     select r.status into v_status from pgflow.runs as r where r.run_id = cascade_resolve_conditions.run_id;
     if v_status <> 'started' then
-      return v_status <> 'failed';
+      return v_status not in ('failed', 'cancelled');
     end if;
 
     exit when cardinality(v_skipped) = 0;
@@ -205,14 +195,14 @@ pgflow.cascade_resolve_conditions(run_id) guarantees: the if/ifNot conditions of
     dependencies that completed (skipped ones are absent); met <=> (required pattern NULL or input @> it) and
     (forbidden pattern NULL or not input @> it);
   * when_unmet 'fail': the unmet step with the lowest step_index fails ('Condition not met'), the run fails,
-    step:failed then run:failed are emitted, every queued/started message of the run is archived (from the
-    queues its tasks stored, one batch call per queue), and the function returns false (only that one step is
-    failed);
+    step:failed is emitted, pgflow._finish_run_steps(run_id, 'run_failed') skips the run's other unfinished
+    steps, cancels its unfinished tasks and archives their messages, run:failed is emitted last, and the function
+    returns false (only that one step is failed);
   * when_unmet 'skip': the step is skipped (condition_unmet, step:skipped emitted in step_index order), its
     dependents' remaining_deps drop, map dependents get initial_tasks 0, the run's remaining_steps drops;
   * when_unmet 'skip-cascade': pgflow._cascade_force_skip_steps(run_id, step, 'condition_unmet'), in step_index
     order;
-  * returns false when the run is (or becomes) 'failed', true otherwise (also for 'completed' and unknown runs,
+  * returns false when the run is (or becomes) 'failed' or is 'cancelled', true otherwise (also for 'completed' and unknown runs,
     where nothing is evaluated). More than 50 rounds raise
     'cascade_resolve_conditions exceeded safety limit of 50 iterations (run <run_id>)'.
 $doc$;

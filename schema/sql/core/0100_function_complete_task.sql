@@ -18,7 +18,6 @@ declare
   v_child       text;
   v_type        text;
   v_step_output jsonb;
-  v_queue       record;
   v_output_len  integer;
 begin
   select r.* into v_run from pgflow.runs as r where r.run_id = complete_task.run_id for update;
@@ -48,8 +47,8 @@ begin
     return;
   end if;
 
-  -- Failed run: nothing to do.
-  if v_run.status = 'failed' then
+  -- Failed or cancelled run: nothing to do (its unfinished tasks were cancelled, their messages archived).
+  if v_run.status in ('failed', 'cancelled') then
     return next v_task;
     return;
   end if;
@@ -90,36 +89,6 @@ begin
     if v_child is not null then
       v_type := coalesce(jsonb_typeof(complete_task.output), 'null');
 
-      update pgflow.runs as r
-         set status = 'failed',
-             failed_at = now()
-       where r.run_id = complete_task.run_id
-      returning r.* into v_run;
-
-      perform pgflow._emit_event(
-        jsonb_build_object(
-          'event_type', 'run:failed',
-          'run_id', v_run.run_id,
-          'flow_slug', v_run.flow_slug,
-          'status', v_run.status,
-          'error_message', format('[TYPE_VIOLATION] Map step %s expects array input but dependency %s produced %s',
-                                  v_child, complete_task.step_slug, v_type),
-          'failed_at', v_run.failed_at),
-        'run:failed',
-        v_run.run_id);
-
-      for v_queue in
-        select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
-          from pgflow.step_tasks as t
-         where t.run_id = complete_task.run_id
-           and t.status in ('queued', 'started')
-           and t.message_id is not null
-         group by t.queue_name
-         order by t.queue_name
-      loop
-        perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
-      end loop;
-
       update pgflow.step_tasks as t
          set status = 'failed',
              failed_at = now(),
@@ -129,6 +98,10 @@ begin
          and t.step_slug = complete_task.step_slug
          and t.task_index = complete_task.task_index
       returning t.* into v_task;
+
+      if v_task.message_id is not null then
+        perform pgmq.archive(v_task.queue_name, v_task.message_id);
+      end if;
 
       update pgflow.step_states as ss
          set status = 'failed',
@@ -149,6 +122,26 @@ begin
           'failed_at', v_state.failed_at),
         'step:' || v_state.step_slug || ':failed',
         v_state.run_id);
+
+      -- The rest of the run will not run: unfinished steps skipped, unfinished tasks cancelled, messages archived.
+      perform pgflow._finish_run_steps(complete_task.run_id, 'run_failed');
+
+      update pgflow.runs as r
+         set status = 'failed',
+             failed_at = now()
+       where r.run_id = complete_task.run_id
+      returning r.* into v_run;
+
+      perform pgflow._emit_event(
+        jsonb_build_object(
+          'event_type', 'run:failed',
+          'run_id', v_run.run_id,
+          'flow_slug', v_run.flow_slug,
+          'status', v_run.status,
+          'error_message', v_state.error_message,
+          'failed_at', v_run.failed_at),
+        'run:failed',
+        v_run.run_id);
 
       return next v_task;
       return;
@@ -254,17 +247,19 @@ unknown):
     attempt (pgflow's four-argument call) is not fenced;
   * rows are locked in the order run, step state, task (the same order as fail_task and requeue_stalled_tasks),
     so concurrent callbacks of one run are serialised and never deadlock each other;
-  * failed run: nothing changes (its messages were archived when it failed);
+  * failed or cancelled run: nothing changes (its unfinished tasks were cancelled and their messages archived
+    when it ended);
   * step not 'started' (late or replayed callback: completed, skipped, failed): this task's message is archived,
     nothing else changes;
   * task not 'started' (queued, completed, failed): nothing changes at all, no message is touched and no type
     check runs (upstream pgflow failed the run on a bad output even for a never-started task);
   * type violation: a single step that has a dependent map still waiting for its array ('created',
     initial_tasks NULL; a map already skipped needs no array) and produced anything but a JSON array (SQL NULL
-    included) fails the run (run:failed), archives every queued/started message of the run, fails the task
-    ('[TYPE_VIOLATION] Produced <type> instead of array', output stored) and the step ('[TYPE_VIOLATION] Map
-    step <child> expects array input but dependency <step> produced <type>', step:failed); when_exhausted does
-    not apply;
+    included) fails the task ('[TYPE_VIOLATION] Produced <type> instead of array', output stored, message
+    archived) and the step ('[TYPE_VIOLATION] Map step <child> expects array input but dependency <step>
+    produced <type>', step:failed), then pgflow._finish_run_steps(run_id, 'run_failed') skips the run's
+    unfinished steps, cancels its unfinished tasks and archives their messages, and the run fails (run:failed,
+    last, with the step's error_message); when_exhausted does not apply;
   * otherwise the task is completed with the output exactly as given, the step's remaining_tasks drops; on the
     last task the step completes with its output (single: the task output; map: the outputs of all its tasks
     as one array ordered by task_index), its dependents' remaining_deps drop, dependent maps learn their task

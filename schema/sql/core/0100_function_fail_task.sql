@@ -4,7 +4,8 @@ create or replace function pgflow.fail_task(
   task_index    integer,
   error_message text,
   attempt       integer default null,
-  permanent     boolean default false
+  permanent     boolean default false,
+  retry_delay   integer default null
 )
 returns setof pgflow.step_tasks
 language plpgsql
@@ -19,11 +20,18 @@ declare
   v_base_delay     integer;
   v_when_exhausted text;
   v_queue          record;
+  v_delay          integer;
+  v_retry_at       timestamptz;
 begin
   if fail_task.error_message is null then
     raise exception 'fail_task: error_message must not be NULL (run %, step %, task %)',
       fail_task.run_id, fail_task.step_slug, fail_task.task_index
       using errcode = '22004';
+  end if;
+  if fail_task.retry_delay < 0 then
+    raise exception 'fail_task: retry_delay must be >= 0 seconds, got % (run %, step %, task %)',
+      fail_task.retry_delay, fail_task.run_id, fail_task.step_slug, fail_task.task_index
+      using errcode = '22023';
   end if;
 
   select r.* into v_run from pgflow.runs as r where r.run_id = fail_task.run_id for update;
@@ -53,21 +61,8 @@ begin
     return;
   end if;
 
-  -- Failed run: record the failure of a running task, never retry.
-  if v_run.status = 'failed' then
-    if v_task.status = 'started' then
-      update pgflow.step_tasks as t
-         set status = 'failed',
-             failed_at = now(),
-             error_message = fail_task.error_message
-       where t.run_id = fail_task.run_id
-         and t.step_slug = fail_task.step_slug
-         and t.task_index = fail_task.task_index
-      returning t.* into v_task;
-    end if;
-    if v_task.message_id is not null then
-      perform pgmq.archive(v_task.queue_name, v_task.message_id);
-    end if;
+  -- Failed or cancelled run: its unfinished tasks were cancelled and their messages archived; nothing changes.
+  if v_run.status in ('failed', 'cancelled') then
     return next v_task;
     return;
   end if;
@@ -96,21 +91,34 @@ begin
    where s.flow_slug = v_run.flow_slug and s.step_slug = fail_task.step_slug;
 
   -- Retry.
-  if v_task.attempts_count < v_max_attempts and v_task.permanently_stalled_at is null
+  if v_task.attempts_count - v_task.attempts_before_retry < v_max_attempts and v_task.permanently_stalled_at is null
      and not coalesce(fail_task.permanent, false) then
+    v_delay := coalesce(fail_task.retry_delay,
+                        pgflow.calculate_retry_delay(v_base_delay, v_task.attempts_count - v_task.attempts_before_retry));
+    if v_task.message_id is not null then
+      select m.vt into v_retry_at
+        from pgmq.set_vt(v_task.queue_name, v_task.message_id, v_delay) as m;
+    end if;
+    v_retry_at := coalesce(v_retry_at, clock_timestamp() + make_interval(secs => v_delay));
+
     update pgflow.step_tasks as t
        set status = 'queued',
            started_at = null,
            failed_at = null,
-           error_message = fail_task.error_message
+           error_message = fail_task.error_message,
+           retry_at = v_retry_at
      where t.run_id = fail_task.run_id
        and t.step_slug = fail_task.step_slug
        and t.task_index = fail_task.task_index
     returning t.* into v_task;
 
+    -- Wake the workers of the queue: now, or when the message becomes visible.
     if v_task.message_id is not null then
-      perform pgmq.set_vt(v_task.queue_name, v_task.message_id,
-                          pgflow.calculate_retry_delay(v_base_delay, v_task.attempts_count));
+      if v_delay = 0 then
+        perform pg_notify('pgflow:queue:' || v_task.queue_name, '');
+      else
+        perform pgflow._notify_queue_visible_at(v_task.queue_name, v_retry_at);
+      end if;
     end if;
     return next v_task;
     return;
@@ -138,12 +146,6 @@ begin
      where ss.run_id = fail_task.run_id and ss.step_slug = fail_task.step_slug
     returning ss.* into v_state;
 
-    update pgflow.runs as r
-       set status = 'failed',
-           failed_at = now()
-     where r.run_id = fail_task.run_id
-    returning r.* into v_run;
-
     perform pgflow._emit_event(
       jsonb_build_object(
         'event_type', 'step:failed',
@@ -156,6 +158,15 @@ begin
       'step:' || v_state.step_slug || ':failed',
       v_state.run_id);
 
+    -- The rest of the run will not run: unfinished steps skipped, unfinished tasks cancelled, messages archived.
+    perform pgflow._finish_run_steps(fail_task.run_id, 'run_failed');
+
+    update pgflow.runs as r
+       set status = 'failed',
+           failed_at = now()
+     where r.run_id = fail_task.run_id
+    returning r.* into v_run;
+
     perform pgflow._emit_event(
       jsonb_build_object(
         'event_type', 'run:failed',
@@ -166,18 +177,6 @@ begin
         'failed_at', v_run.failed_at),
       'run:failed',
       v_run.run_id);
-
-    for v_queue in
-      select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
-        from pgflow.step_tasks as t
-       where t.run_id = fail_task.run_id
-         and t.status in ('queued', 'started')
-         and t.message_id is not null
-       group by t.queue_name
-       order by t.queue_name
-    loop
-      perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
-    end loop;
 
     return next v_task;
     return;
@@ -256,28 +255,35 @@ begin
 end;
 $$;
 
-comment on function pgflow.fail_task(run_id uuid, step_slug text, task_index integer, error_message text, attempt integer, permanent boolean) is $doc$
-pgflow.fail_task(run_id, step_slug, task_index, error_message, attempt, permanent) guarantees (returns the task
-row; none if unknown):
-  * a NULL error_message is refused (SQLSTATE 22004, naming the task) before anything changes;
+comment on function pgflow.fail_task(run_id uuid, step_slug text, task_index integer, error_message text, attempt integer, permanent boolean, retry_delay integer) is $doc$
+pgflow.fail_task(run_id, step_slug, task_index, error_message, attempt, permanent, retry_delay) guarantees
+(returns the task row; none if unknown):
+  * a NULL error_message is refused (SQLSTATE 22004, naming the task), and so is a negative retry_delay
+    (SQLSTATE 22023, naming the value and the task), before anything changes;
   * attempt fencing (v0.20.0): when attempt is given and the task is not 'started' or its attempts_count is not
     attempt, the report comes from an attempt that is no longer current: nothing changes at all (no message is
     touched) and the row is returned as it is. A NULL attempt (pgflow's four-argument call) is not fenced;
   * permanent => true (the handler said the error will not go away): the task does not retry, whatever attempts
     are left; it is failed as an exhausted task (below);
   * rows are locked in the order run, step state, task (as in complete_task and requeue_stalled_tasks);
-  * failed run: a 'started' task becomes 'failed' with the message and its queue message is archived; no retry,
-    no event;
+  * failed or cancelled run (v0.20.0): nothing changes - its unfinished tasks were cancelled and their messages
+    archived when it ended, so a late failure is fenced like a late result;
   * step not 'started' (late or replayed callback): this task's message is archived, nothing else changes (no
     double decrement, no event);
   * task not 'started': nothing changes at all, the message keeps its visibility (upstream pgflow pushed it by
     the retry delay);
-  * attempts left (attempts_count < coalesce(step, flow) opt_max_attempts, and the task was not given up as
-    permanently stalled): the task goes back to 'queued' (started_at NULL, error_message kept) and its message
-    becomes visible after pgflow.calculate_retry_delay(coalesce(step, flow) opt_base_delay, attempts_count)
-    seconds from now; no event;
+  * attempts left (attempts_count - attempts_before_retry < coalesce(step, flow) opt_max_attempts, and the task
+    was not given up as permanently stalled): the task goes back to 'queued' (started_at NULL, error_message
+    kept) and its message becomes visible after retry_delay seconds from now when given (v0.20.0: the handler's
+    choice, e.g. an HTTP Retry-After; at most 2147483647, the integer range; it still spends the attempt), else
+    after pgflow.calculate_retry_delay(coalesce(step, flow) opt_base_delay, attempts_count -
+    attempts_before_retry); retry_at records that time (the message's new vt). The queue's workers are told:
+    pg_notify('pgflow:queue:<queue>', '') for a delay of 0, else pgflow._notify_queue_visible_at (payload
+    {"visible_at": ...}); no event;
   * exhausted: the task becomes 'failed' and its message is archived, then per the step's when_exhausted:
-    'fail' -> step and run fail, step:failed then run:failed, every queued/started message of the run archived;
+    'fail' -> the step fails (step:failed), pgflow._finish_run_steps(run_id, 'run_failed') skips the run's
+    unfinished steps (step:skipped each), cancels its unfinished tasks, archives their messages and tells the
+    workers of started ones ({"cancel_run": ...}), then the run fails (run:failed, last);
     'skip' -> step skipped (handler_failed, error_message kept), sibling messages archived, step:skipped,
     dependents released (map dependents get 0 tasks), conditions, taskless cascade, ready steps start, the run
     may complete; 'skip-cascade' -> like 'skip' but every dependent is skipped (dependency_skipped).

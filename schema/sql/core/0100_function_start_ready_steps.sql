@@ -64,9 +64,13 @@ begin
       ) as m;
 
     -- Wake the workers waiting on this queue (at commit; PostgreSQL folds identical notifications of one
-    -- transaction into one). Delayed messages are not visible yet: no wake-up.
+    -- transaction into one). Delayed messages: tell them when the messages become visible (send_batch gave
+    -- them clock_timestamp() + delay a moment ago, so this time is at or just after it).
     if v_step.start_delay = 0 then
       perform pg_notify('pgflow:queue:' || v_step.queue_name, '');
+    else
+      perform pgflow._notify_queue_visible_at(v_step.queue_name,
+                                              clock_timestamp() + make_interval(secs => v_step.start_delay));
     end if;
   end loop;
 end;
@@ -83,7 +87,8 @@ pgflow.start_ready_steps(run_id) guarantees:
     row per message is written with its message_id and that same queue_name (task_index 0 .. initial_tasks-1,
     paired with the message carrying that index); no queue is created here (no DDL);
   * after sending undelayed messages, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers listening for
-    that queue (since v0.18.0);
+    that queue (since v0.18.0); after sending delayed ones, pgflow._notify_queue_visible_at tells them when the
+    messages become visible ({"visible_at": ...}, at most one per queue and time in a transaction; v0.20.0);
   * steps with initial_tasks NULL (dependent maps whose parent has not completed) or 0 (taskless, completed by
     cascade_complete_taskless_steps) are never started here. Conditions are not evaluated here: callers resolve
     them first (cascade_resolve_conditions / cascade_complete_taskless_steps).

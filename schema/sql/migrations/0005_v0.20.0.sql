@@ -19,6 +19,68 @@ drop function pgflow.complete_task(uuid, text, integer, jsonb);
 drop function pgflow.fail_task(uuid, text, integer, text);
 drop function pgflow.complete_tasks(uuid[], text[], integer[], jsonb[]);
 
+-- Run control (issue 14): runs can be cancelled and retried; a run that fails or is cancelled skips its unfinished
+-- steps (skip_reason 'run_failed' / 'run_cancelled') and cancels its unfinished tasks (new task status
+-- 'cancelled'). Tasks record when a retry becomes visible (retry_at) and the attempts spent before retry_run gave
+-- them fresh ones (attempts_before_retry). New columns have no default or a constant one: no table rewrite.
+alter table pgflow.runs
+  add column cancelled_at timestamptz,
+  add column cancel_reason text,
+  add column retry_of uuid,
+  drop constraint status_is_valid,
+  add constraint status_is_valid check (status in ('started', 'failed', 'completed', 'cancelled')),
+  add constraint cancelled_at_is_after_started_at check (cancelled_at is null or cancelled_at >= started_at),
+  add constraint cancelled_at_only_when_cancelled check (cancelled_at is null or status = 'cancelled');
+
+alter table pgflow.step_tasks
+  add column retry_at timestamptz,
+  add column attempts_before_retry int not null default 0,
+  drop constraint valid_status,
+  add constraint valid_status check (status in ('queued', 'started', 'completed', 'failed', 'cancelled')),
+  add constraint attempts_before_retry_in_range
+    check (attempts_before_retry >= 0 and attempts_before_retry <= attempts_count);
+
+comment on column pgflow.step_tasks.retry_at is
+  'When the task was last queued for a retry (fail_task): the time its next attempt becomes visible. NULL otherwise.';
+comment on column pgflow.step_tasks.attempts_before_retry is
+  'attempts_count when pgflow.retry_run last gave the task fresh attempts (0 if never): attempt numbers keep counting, so a report of an attempt from before the retry stays fenced, while the retry budget counts attempts_count - attempts_before_retry.';
+
+-- Listing runs newest first (keyset on started_at, run_id) by flow, by status or all: pgflow's two indexes keep
+-- their names and leading column and gain (started_at, run_id); one index for listing all runs (see
+-- sql/core/0023_table_runs.sql for the write cost).
+drop index pgflow.idx_runs_flow_slug;
+drop index pgflow.idx_runs_status;
+create index idx_runs_flow_slug on pgflow.runs (flow_slug, started_at, run_id);
+create index idx_runs_status on pgflow.runs (status, started_at, run_id);
+create index idx_runs_started_at on pgflow.runs (started_at, run_id);
+
+-- Runs that failed before v0.20.0 look finished too: their unfinished steps are skipped (run_failed), their
+-- unfinished tasks cancelled (their messages were archived when the run failed), and remaining_steps counts what
+-- is neither completed nor skipped. No event is emitted for this.
+update pgflow.step_states as ss
+   set status = 'skipped',
+       skip_reason = 'run_failed',
+       skipped_at = greatest(now(), ss.created_at),
+       remaining_tasks = null
+  from pgflow.runs as r
+ where r.status = 'failed'
+   and ss.run_id = r.run_id
+   and ss.status in ('created', 'started');
+
+update pgflow.step_tasks as t
+   set status = 'cancelled'
+  from pgflow.runs as r
+ where r.status = 'failed'
+   and t.run_id = r.run_id
+   and t.status in ('queued', 'started');
+
+update pgflow.runs as r
+   set remaining_steps = (select count(*)::integer
+                            from pgflow.step_states as ss
+                           where ss.run_id = r.run_id
+                             and ss.status not in ('completed', 'skipped'))
+ where r.status = 'failed';
+
 -- New and changed functions, generated from sql/core (`go generate ./schema`).
 
 -- generated from sql/core: 0010_function_schema_version.sql
@@ -198,6 +260,156 @@ check them with their own errors.
 $doc$;
 -- end generated
 
+-- generated from sql/core: 0095_function__finish_run_steps.sql
+create or replace function pgflow._finish_run_steps(run_id uuid, skip_reason text)
+returns integer
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_events  jsonb[];
+  v_skipped integer;
+  v_queue   record;
+begin
+  if _finish_run_steps.skip_reason is null or _finish_run_steps.skip_reason not in ('run_failed', 'run_cancelled') then
+    raise exception '_finish_run_steps: skip_reason must be run_failed or run_cancelled, got %',
+      coalesce(_finish_run_steps.skip_reason, 'NULL')
+      using errcode = '22023';
+  end if;
+
+  -- Step states first, then tasks: the lock order of complete_task, fail_task and requeue_stalled_tasks (the
+  -- caller holds the run).
+  with skipped as (
+    update pgflow.step_states as ss
+       set status = 'skipped',
+           skip_reason = _finish_run_steps.skip_reason,
+           skipped_at = now(),
+           remaining_tasks = null
+     where ss.run_id = _finish_run_steps.run_id
+       and ss.status in ('created', 'started')
+    returning ss.*
+  )
+  select count(*)::integer,
+         array_agg(jsonb_build_object(
+                     'event_type', 'step:skipped',
+                     'run_id', sk.run_id,
+                     'flow_slug', sk.flow_slug,
+                     'step_slug', sk.step_slug,
+                     'status', sk.status,
+                     'skip_reason', sk.skip_reason,
+                     'skipped_at', sk.skipped_at) order by s.step_index)
+    into v_skipped, v_events
+    from skipped as sk
+    join pgflow.steps as s on s.flow_slug = sk.flow_slug and s.step_slug = sk.step_slug;
+
+  if v_skipped > 0 then
+    update pgflow.runs as r
+       set remaining_steps = greatest(r.remaining_steps - v_skipped, 0)
+     where r.run_id = _finish_run_steps.run_id;
+    perform pgflow._emit_events(v_events);
+  end if;
+
+  for v_queue in
+    with locked as (
+      select t.step_slug, t.task_index, t.status as old_status
+        from pgflow.step_tasks as t
+       where t.run_id = _finish_run_steps.run_id
+         and t.status in ('queued', 'started')
+       order by t.step_slug, t.task_index
+         for update
+    ),
+    cancelled as (
+      update pgflow.step_tasks as t
+         set status = 'cancelled'
+        from locked as l
+       where t.run_id = _finish_run_steps.run_id
+         and t.step_slug = l.step_slug
+         and t.task_index = l.task_index
+      returning t.queue_name, t.message_id, l.old_status
+    )
+    select c.queue_name,
+           array_agg(c.message_id order by c.message_id) filter (where c.message_id is not null) as msg_ids,
+           bool_or(c.old_status = 'started') as had_started
+      from cancelled as c
+     group by c.queue_name
+     order by c.queue_name
+  loop
+    if v_queue.msg_ids is not null then
+      perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
+    end if;
+    if v_queue.had_started then
+      perform pg_notify('pgflow:queue:' || v_queue.queue_name,
+                        '{"cancel_run":"' || _finish_run_steps.run_id::text || '"}');
+    end if;
+  end loop;
+
+  return v_skipped;
+end;
+$$;
+
+comment on function pgflow._finish_run_steps(run_id uuid, skip_reason text) is $doc$
+pgflow._finish_run_steps(run_id, skip_reason) guarantees (v0.20.0; the one place where a run that fails or is
+cancelled makes its unfinished work look finished; the caller holds the run row and changes the run's own status
+afterwards):
+  * skip_reason must be 'run_failed' or 'run_cancelled', else SQLSTATE 22023 naming the value, before anything
+    changes;
+  * every step state of the run that is 'created' or 'started' becomes 'skipped' with that skip_reason
+    (skipped_at now, remaining_tasks NULL); failed and completed steps keep their status; the run's
+    remaining_steps drops by their number; step:skipped is emitted per step, in step_index order (one
+    _emit_events call);
+  * every task of the run that is 'queued' or 'started' becomes 'cancelled' (its other columns are kept, so a
+    report of its attempt is fenced: complete_task, complete_tasks and fail_task change nothing for it); failed
+    and completed tasks keep their status;
+  * their messages are archived from the queues the tasks stored (step_tasks.queue_name), one batch
+    pgmq.archive call per queue;
+  * for every queue that had a 'started' task of the run, pg_notify('pgflow:queue:<queue>',
+    '{"cancel_run":"<run_id>"}') tells the workers to cancel the handlers still running for the run (at commit);
+  * returns the number of steps skipped. Rows are locked in the order step states, then tasks.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0095_function__notify_queue_visible_at.sql
+create or replace function pgflow._notify_queue_visible_at(queue_name text, visible_at timestamptz)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_setting text := 'pgflow.visible_at_' || _notify_queue_visible_at.queue_name;
+  v_epoch   numeric := extract(epoch from _notify_queue_visible_at.visible_at);
+  v_prev    numeric;
+begin
+  if _notify_queue_visible_at.queue_name is null or _notify_queue_visible_at.visible_at is null then
+    return;
+  end if;
+  -- The earliest time already announced for this queue in this transaction (a transaction-local setting; '' when
+  -- unset, as PostgreSQL leaves a placeholder after the transaction that set it).
+  v_prev := nullif(pg_catalog.current_setting(v_setting, true), '')::numeric;
+  if v_prev is not null and v_prev <= v_epoch then
+    return;
+  end if;
+  perform pg_catalog.set_config(v_setting, v_epoch::text, true);
+  perform pg_catalog.pg_notify(
+    'pgflow:queue:' || _notify_queue_visible_at.queue_name,
+    '{"visible_at":"' || pg_catalog.to_char(_notify_queue_visible_at.visible_at at time zone 'UTC',
+                                             'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"}');
+end;
+$$;
+
+comment on function pgflow._notify_queue_visible_at(queue_name text, visible_at timestamptz) is $doc$
+pgflow._notify_queue_visible_at(queue_name, visible_at) guarantees (v0.20.0): tells the workers listening on
+'pgflow:queue:<queue_name>' that a message of that queue becomes visible at visible_at, with the payload
+{"visible_at":"<RFC 3339 time in UTC, microseconds>"} (e.g. {"visible_at":"2025-01-02T03:04:05.123456Z"}), so a
+worker can wake exactly then instead of at its next poll. At most one notification per queue and time: within a
+transaction a time that is not earlier than one already announced for the queue sends nothing, so a transaction
+sends one notification per queue unless it later delays a message to an even earlier time (callers that send
+several delays at once announce the earliest first). NULL arguments do nothing. Notifications go out at commit
+(none on rollback). Callers announce times in the future only; the empty payload '' keeps meaning "visible now".
+$doc$;
+-- end generated
+
 -- generated from sql/core: 0100_function__emit_event.sql
 create or replace function pgflow._emit_event(payload jsonb, event text, run_id uuid)
 returns void
@@ -320,6 +532,446 @@ every payload, in array order, with event = payload.event_type for run events an
 $doc$;
 -- end generated
 
+-- generated from sql/core: 0100_function__start_ready_steps_batch.sql
+create or replace function pgflow._start_ready_steps_batch(
+  run_ids            uuid[],
+  started_run_ids    uuid[] default null,
+  started_step_slugs text[] default null
+)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_group  record;
+  v_runs   uuid[];
+  v_slugs  text[];
+  v_flows  text[];
+  v_queues text[];
+  v_delays integer[];
+  v_counts integer[];
+  v_events jsonb[];
+  v_live   uuid[];
+begin
+  if coalesce(cardinality(_start_ready_steps_batch.run_ids), 0) = 0
+     and coalesce(cardinality(_start_ready_steps_batch.started_run_ids), 0) = 0 then
+    return;
+  end if;
+
+  -- Every table is filtered with "= any (array)" on its key, never joined to a set of ids: with statistics that
+  -- do not know a backlog of thousands of started runs, a join can turn into a nested loop over all of them.
+  v_live := array(
+    select r.run_id from pgflow.runs as r where r.run_id = any (_start_ready_steps_batch.run_ids) and r.status = 'started');
+
+  with started as (
+    update pgflow.step_states as ss
+       set status = 'started',
+           started_at = now(),
+           remaining_tasks = ss.initial_tasks
+     where ss.run_id = any (v_live)
+       and ss.status = 'created'
+       and ss.remaining_deps = 0
+       and ss.initial_tasks > 0
+    returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.started_at, ss.remaining_tasks,
+              ss.remaining_deps, ss.initial_tasks
+  ),
+  already_started as (
+    -- One primary-key lookup per pair (LIMIT keeps the planner from turning the lookups into a join).
+    select ss.*
+      from unnest(_start_ready_steps_batch.started_run_ids, _start_ready_steps_batch.started_step_slugs)
+             as k (run_id, step_slug)
+      cross join lateral (
+        select x.flow_slug, x.run_id, x.step_slug, x.status, x.started_at, x.remaining_tasks, x.remaining_deps,
+               x.initial_tasks
+          from pgflow.step_states as x
+         where x.run_id = k.run_id and x.step_slug = k.step_slug
+         limit 1) as ss
+  ),
+  steps as (
+    select st.*, s.step_index, s.queue_name, coalesce(s.opt_start_delay, 0) as start_delay
+      from (select * from started union all select * from already_started) as st
+      join pgflow.steps as s on s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+  )
+  select array_agg(x.run_id order by x.run_id, x.step_index),
+         array_agg(x.step_slug order by x.run_id, x.step_index),
+         array_agg(x.flow_slug order by x.run_id, x.step_index),
+         array_agg(x.queue_name order by x.run_id, x.step_index),
+         array_agg(x.start_delay order by x.run_id, x.step_index),
+         array_agg(x.initial_tasks order by x.run_id, x.step_index),
+         array_agg(jsonb_build_object(
+                     'event_type', 'step:started',
+                     'run_id', x.run_id,
+                     'flow_slug', x.flow_slug,
+                     'step_slug', x.step_slug,
+                     'status', x.status,
+                     'started_at', x.started_at,
+                     'remaining_tasks', x.remaining_tasks,
+                     'remaining_deps', x.remaining_deps) order by x.run_id, x.step_index)
+    into v_runs, v_slugs, v_flows, v_queues, v_delays, v_counts, v_events
+    from steps as x;
+
+  if v_runs is null then
+    return;
+  end if;
+  perform pgflow._emit_events(v_events);
+
+  -- One send_batch per (queue, delay). send_batch returns the new ids in array order and ids increase along the
+  -- array, so the n-th smallest id belongs to the n-th message of the array, which is ordered by
+  -- (run_id, step_slug, task_index) exactly like the numbering of the tasks.
+  for v_group in
+    select distinct x.queue_name, x.start_delay
+      from unnest(v_queues, v_delays) as x (queue_name, start_delay)
+     order by x.queue_name, x.start_delay
+  loop
+    insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name)
+    select m.flow_slug, m.run_id, m.step_slug, m.task_index, sent.msg_id, v_group.queue_name
+      from (
+        select x.flow_slug, x.run_id, x.step_slug, i.i as task_index,
+               row_number() over (order by x.run_id, x.step_slug, i.i) as n
+          from unnest(v_flows, v_runs, v_slugs, v_queues, v_delays, v_counts)
+                 as x (flow_slug, run_id, step_slug, queue_name, start_delay, initial_tasks)
+          cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
+         where x.queue_name = v_group.queue_name
+           and x.start_delay = v_group.start_delay
+      ) as m
+      join (
+        select s.msg_id, row_number() over (order by s.msg_id) as n
+          from pgmq.send_batch(
+                 v_group.queue_name,
+                 array(
+                   select jsonb_build_object(
+                            'flow_slug', x.flow_slug,
+                            'run_id', x.run_id,
+                            'step_slug', x.step_slug,
+                            'task_index', i.i)
+                     from unnest(v_flows, v_runs, v_slugs, v_queues, v_delays, v_counts)
+                            as x (flow_slug, run_id, step_slug, queue_name, start_delay, initial_tasks)
+                     cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
+                    where x.queue_name = v_group.queue_name
+                      and x.start_delay = v_group.start_delay
+                    order by x.run_id, x.step_slug, i.i),
+                 v_group.start_delay) as s (msg_id)
+      ) as sent on sent.n = m.n;
+
+    -- Wake the workers waiting on this queue (one notification per queue and transaction: PostgreSQL folds
+    -- identical notifications of one transaction). Delayed messages: tell them when the messages become visible
+    -- (groups come in ascending delay per queue, so the earliest time of a queue is announced first).
+    if v_group.start_delay = 0 then
+      perform pg_notify('pgflow:queue:' || v_group.queue_name, '');
+    else
+      perform pgflow._notify_queue_visible_at(v_group.queue_name,
+                                              clock_timestamp() + make_interval(secs => v_group.start_delay));
+    end if;
+  end loop;
+end;
+$$;
+
+comment on function pgflow._start_ready_steps_batch(run_ids uuid[], started_run_ids uuid[], started_step_slugs text[]) is $doc$
+pgflow._start_ready_steps_batch(run_ids, started_run_ids, started_step_slugs) guarantees: for every run of run_ids
+exactly what pgflow.start_ready_steps(run_id) guarantees, done set-based:
+  * only runs that are 'started' are touched; NULL or empty run_ids do nothing;
+  * every step state of those runs that is 'created' with remaining_deps 0 and initial_tasks > 0 becomes
+    'started' (started_at now, remaining_tasks = initial_tasks), exactly once even when called concurrently
+    (one UPDATE starts them all);
+  * step:started is emitted per started step, ordered by run_id, then step_index;
+  * one message per task {"flow_slug", "run_id", "step_slug", "task_index"} goes to the step's queue
+    (steps.queue_name), delayed by the step's opt_start_delay seconds (NULL = 0), with one pgmq.send_batch call
+    per (queue, delay) for all the runs together, and one 'queued' step_tasks row per message is written with
+    its message_id and that queue_name (task_index 0 .. initial_tasks-1, paired with the message carrying that
+    index); no queue is created here (no DDL);
+  * after sending undelayed messages to a queue, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers
+    listening for that queue (at commit; folded into one notification per queue and transaction); after sending
+    delayed ones, pgflow._notify_queue_visible_at announces when they become visible, the earliest delay of a
+    queue first, so one {"visible_at": ...} per queue (v0.20.0);
+  * steps with initial_tasks NULL or 0 are never started here, and conditions are not evaluated here (as in
+    start_ready_steps);
+  * the step states named by the pairs (started_run_ids[i], started_step_slugs[i]) were made 'started' by the
+    caller in this transaction (in the same row version that made them ready, one row version fewer than
+    'created' -> ready -> 'started'): they get exactly what a step started here gets - its step:started event in
+    the same order, its messages and tasks - and are not updated again. NULL arrays name none.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_cancel_run.sql
+create or replace function pgflow.cancel_run(run_id uuid, reason text default null)
+returns pgflow.runs
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_run pgflow.runs;
+begin
+  select r.* into v_run from pgflow.runs as r where r.run_id = cancel_run.run_id for update;
+  if not found then
+    raise exception 'run % not found', coalesce(cancel_run.run_id::text, 'NULL')
+      using errcode = 'P0002';
+  end if;
+  if v_run.status <> 'started' then
+    raise exception 'run % is already %', v_run.run_id, v_run.status
+      using errcode = '55000';
+  end if;
+
+  perform pgflow._finish_run_steps(v_run.run_id, 'run_cancelled');
+
+  update pgflow.runs as r
+     set status = 'cancelled',
+         cancelled_at = now(),
+         cancel_reason = cancel_run.reason
+   where r.run_id = v_run.run_id
+  returning r.* into v_run;
+
+  perform pgflow._emit_event(
+    jsonb_build_object(
+      'event_type', 'run:cancelled',
+      'run_id', v_run.run_id,
+      'flow_slug', v_run.flow_slug,
+      'status', v_run.status,
+      'cancel_reason', v_run.cancel_reason,
+      'cancelled_at', v_run.cancelled_at),
+    'run:cancelled',
+    v_run.run_id);
+
+  return v_run;
+end;
+$$;
+
+comment on function pgflow.cancel_run(run_id uuid, reason text) is $doc$
+pgflow.cancel_run(run_id, reason) guarantees (v0.20.0; SECURITY INVOKER: the caller needs the table privileges a
+worker has), in one transaction:
+  * unknown run (or NULL): SQLSTATE P0002 'run <run_id> not found'; a run that is not 'started': SQLSTATE 55000
+    'run <run_id> is already <completed|failed|cancelled>' - nothing changes in either case;
+  * the run row is locked first (as complete_task, fail_task and retry_run lock it), so a cancel and a result of
+    the same run are serialised: a result recorded before the cancel stays, one arriving after changes nothing;
+  * the run becomes 'cancelled' (cancelled_at now, cancel_reason = reason, NULL allowed); no step starts any
+    more (start_ready_steps and start_tasks only act on 'started' runs);
+  * through pgflow._finish_run_steps(run_id, 'run_cancelled'): its 'created'/'started' steps become 'skipped'
+    (skip_reason 'run_cancelled', step:skipped each), its 'queued'/'started' tasks become 'cancelled', their
+    messages are archived from the queues the tasks stored, and every queue with a started task of the run gets
+    pg_notify('pgflow:queue:<queue>', '{"cancel_run":"<run_id>"}') so workers cancel the running handlers. A late
+    complete_task, complete_tasks or fail_task of a cancelled task changes nothing (fenced by status; with or
+    without attempt);
+  * completed and failed steps and tasks keep their status and outputs; the run's remaining_steps counts the
+    steps that are neither completed nor skipped;
+  * run:cancelled is emitted last ({event_type, run_id, flow_slug, status, cancel_reason, cancelled_at}) on the
+    usual channels ('pgflow', 'pgflow:run:<run_id>', realtime);
+  * returns the run row as it is at the end. pgflow.retry_run can resume or re-run a cancelled run.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_cascade_resolve_conditions.sql
+create or replace function pgflow.cascade_resolve_conditions(run_id uuid)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_run        record;
+  v_iteration  integer := 0;
+  v_fail_slug  text;
+  v_skip       text[];
+  v_cascade    text[];
+  v_skipped    text[];
+  v_slug       text;
+  v_step       record;
+  v_status     text;
+begin
+  select r.flow_slug, r.status, r.input into v_run
+    from pgflow.runs as r
+   where r.run_id = cascade_resolve_conditions.run_id;
+  if not found or v_run.status = 'completed' then
+    return true;
+  elsif v_run.status in ('failed', 'cancelled') then
+    return false;
+  end if;
+
+  loop
+    v_iteration := v_iteration + 1;
+    if v_iteration > 50 then
+      raise exception 'cascade_resolve_conditions exceeded safety limit of 50 iterations (run %)',
+        cascade_resolve_conditions.run_id;
+    end if;
+
+    with candidates as (
+      select ss.step_slug,
+             s.step_index,
+             s.when_unmet,
+             s.required_input_pattern,
+             s.forbidden_input_pattern,
+             case
+               when s.deps_count = 0 then v_run.input
+               else coalesce(
+                 (select jsonb_object_agg(d.dep_slug, dss.output)
+                    from pgflow.deps as d
+                    join pgflow.step_states as dss
+                      on dss.run_id = ss.run_id and dss.step_slug = d.dep_slug
+                   where d.flow_slug = ss.flow_slug
+                     and d.step_slug = ss.step_slug
+                     and dss.status = 'completed'),
+                 '{}'::jsonb)
+             end as condition_input
+        from pgflow.step_states as ss
+        join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
+       where ss.run_id = cascade_resolve_conditions.run_id
+         and ss.status = 'created'
+         and ss.remaining_deps = 0
+         and (s.required_input_pattern is not null or s.forbidden_input_pattern is not null)
+    ),
+    unmet as (
+      select c.*
+        from candidates as c
+       where not (
+               (c.required_input_pattern is null or c.condition_input @> c.required_input_pattern)
+           and (c.forbidden_input_pattern is null or not (c.condition_input @> c.forbidden_input_pattern)))
+    )
+    select (select u.step_slug from unmet as u where u.when_unmet = 'fail' order by u.step_index limit 1),
+           array(select u.step_slug from unmet as u where u.when_unmet = 'skip' order by u.step_index),
+           array(select u.step_slug from unmet as u where u.when_unmet = 'skip-cascade' order by u.step_index)
+      into v_fail_slug, v_skip, v_cascade;
+
+    -- Phase fail: one unmet 'fail' condition fails the step and the whole run.
+    if v_fail_slug is not null then
+      update pgflow.step_states as ss
+         set status = 'failed',
+             failed_at = now(),
+             error_message = 'Condition not met'
+       where ss.run_id = cascade_resolve_conditions.run_id
+         and ss.step_slug = v_fail_slug
+      returning ss.* into v_step;
+
+      perform pgflow._emit_event(
+        jsonb_build_object(
+          'event_type', 'step:failed',
+          'run_id', v_step.run_id,
+          'flow_slug', v_step.flow_slug,
+          'step_slug', v_step.step_slug,
+          'status', v_step.status,
+          'error_message', v_step.error_message,
+          'failed_at', v_step.failed_at),
+        'step:' || v_step.step_slug || ':failed',
+        v_step.run_id);
+
+      -- The rest of the run will not run: unfinished steps skipped, unfinished tasks cancelled, messages archived.
+      perform pgflow._finish_run_steps(cascade_resolve_conditions.run_id, 'run_failed');
+
+      update pgflow.runs as r
+         set status = 'failed',
+             failed_at = now()
+       where r.run_id = cascade_resolve_conditions.run_id
+      returning r.* into v_step;
+
+      perform pgflow._emit_event(
+        jsonb_build_object(
+          'event_type', 'run:failed',
+          'run_id', v_step.run_id,
+          'flow_slug', v_step.flow_slug,
+          'status', v_step.status,
+          'error_message', 'Condition not met',
+          'failed_at', v_step.failed_at),
+        'run:failed',
+        v_step.run_id);
+
+      return false;
+    end if;
+
+    -- Phase skip: skip the steps, release their dependents.
+    v_skipped := '{}';
+    if cardinality(v_skip) > 0 then
+      for v_step in
+        with skipped as (
+          update pgflow.step_states as ss
+             set status = 'skipped',
+                 skip_reason = 'condition_unmet',
+                 skipped_at = now()
+           where ss.run_id = cascade_resolve_conditions.run_id
+             and ss.step_slug = any (v_skip)
+             and ss.status = 'created'
+          returning ss.*
+        )
+        select sk.*, s.step_index
+          from skipped as sk
+          join pgflow.steps as s on s.flow_slug = sk.flow_slug and s.step_slug = sk.step_slug
+         order by s.step_index
+      loop
+        v_skipped := v_skipped || v_step.step_slug;
+        perform pgflow._emit_event(
+          jsonb_build_object(
+            'event_type', 'step:skipped',
+            'run_id', v_step.run_id,
+            'flow_slug', v_step.flow_slug,
+            'step_slug', v_step.step_slug,
+            'status', v_step.status,
+            'skip_reason', v_step.skip_reason,
+            'skipped_at', v_step.skipped_at),
+          'step:' || v_step.step_slug || ':skipped',
+          v_step.run_id);
+      end loop;
+
+      if cardinality(v_skipped) > 0 then
+        update pgflow.step_states as child
+           set remaining_deps = child.remaining_deps - parents.n,
+               initial_tasks = case
+                                 when parents.step_type = 'map' and parents.deps_count = 1
+                                      and child.status = 'created' then 0
+                                 else child.initial_tasks
+                               end
+          from (
+            select d.step_slug, s.step_type, s.deps_count, count(*)::integer as n
+              from pgflow.deps as d
+              join pgflow.steps as s on s.flow_slug = d.flow_slug and s.step_slug = d.step_slug
+             where d.flow_slug = v_run.flow_slug
+               and d.dep_slug = any (v_skipped)
+             group by d.step_slug, s.step_type, s.deps_count
+          ) as parents
+         where child.run_id = cascade_resolve_conditions.run_id
+           and child.step_slug = parents.step_slug;
+
+        update pgflow.runs as r
+           set remaining_steps = r.remaining_steps - cardinality(v_skipped)
+         where r.run_id = cascade_resolve_conditions.run_id;
+      end if;
+    end if;
+
+    -- Phase skip-cascade: skip the step and everything downstream of it.
+    foreach v_slug in array v_cascade loop
+      perform pgflow._cascade_force_skip_steps(cascade_resolve_conditions.run_id, v_slug, 'condition_unmet');
+    end loop;
+
+    select r.status into v_status from pgflow.runs as r where r.run_id = cascade_resolve_conditions.run_id;
+    if v_status <> 'started' then
+      return v_status not in ('failed', 'cancelled');
+    end if;
+
+    exit when cardinality(v_skipped) = 0;
+  end loop;
+
+  return true;
+end;
+$$;
+
+comment on function pgflow.cascade_resolve_conditions(run_id uuid) is $doc$
+pgflow.cascade_resolve_conditions(run_id) guarantees: the if/ifNot conditions of every step of the run that is
+'created' with remaining_deps 0 and has a pattern are evaluated, repeatedly until nothing changes:
+  * condition input: the run input for steps without dependencies, otherwise {<dep_slug>: <output>} over the
+    dependencies that completed (skipped ones are absent); met <=> (required pattern NULL or input @> it) and
+    (forbidden pattern NULL or not input @> it);
+  * when_unmet 'fail': the unmet step with the lowest step_index fails ('Condition not met'), the run fails,
+    step:failed is emitted, pgflow._finish_run_steps(run_id, 'run_failed') skips the run's other unfinished
+    steps, cancels its unfinished tasks and archives their messages, run:failed is emitted last, and the function
+    returns false (only that one step is failed);
+  * when_unmet 'skip': the step is skipped (condition_unmet, step:skipped emitted in step_index order), its
+    dependents' remaining_deps drop, map dependents get initial_tasks 0, the run's remaining_steps drops;
+  * when_unmet 'skip-cascade': pgflow._cascade_force_skip_steps(run_id, step, 'condition_unmet'), in step_index
+    order;
+  * returns false when the run is (or becomes) 'failed' or is 'cancelled', true otherwise (also for 'completed' and unknown runs,
+    where nothing is evaluated). More than 50 rounds raise
+    'cascade_resolve_conditions exceeded safety limit of 50 iterations (run <run_id>)'.
+$doc$;
+-- end generated
+
 -- generated from sql/core: 0100_function_complete_task.sql
 create or replace function pgflow.complete_task(
   run_id     uuid,
@@ -341,7 +993,6 @@ declare
   v_child       text;
   v_type        text;
   v_step_output jsonb;
-  v_queue       record;
   v_output_len  integer;
 begin
   select r.* into v_run from pgflow.runs as r where r.run_id = complete_task.run_id for update;
@@ -371,8 +1022,8 @@ begin
     return;
   end if;
 
-  -- Failed run: nothing to do.
-  if v_run.status = 'failed' then
+  -- Failed or cancelled run: nothing to do (its unfinished tasks were cancelled, their messages archived).
+  if v_run.status in ('failed', 'cancelled') then
     return next v_task;
     return;
   end if;
@@ -413,36 +1064,6 @@ begin
     if v_child is not null then
       v_type := coalesce(jsonb_typeof(complete_task.output), 'null');
 
-      update pgflow.runs as r
-         set status = 'failed',
-             failed_at = now()
-       where r.run_id = complete_task.run_id
-      returning r.* into v_run;
-
-      perform pgflow._emit_event(
-        jsonb_build_object(
-          'event_type', 'run:failed',
-          'run_id', v_run.run_id,
-          'flow_slug', v_run.flow_slug,
-          'status', v_run.status,
-          'error_message', format('[TYPE_VIOLATION] Map step %s expects array input but dependency %s produced %s',
-                                  v_child, complete_task.step_slug, v_type),
-          'failed_at', v_run.failed_at),
-        'run:failed',
-        v_run.run_id);
-
-      for v_queue in
-        select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
-          from pgflow.step_tasks as t
-         where t.run_id = complete_task.run_id
-           and t.status in ('queued', 'started')
-           and t.message_id is not null
-         group by t.queue_name
-         order by t.queue_name
-      loop
-        perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
-      end loop;
-
       update pgflow.step_tasks as t
          set status = 'failed',
              failed_at = now(),
@@ -452,6 +1073,10 @@ begin
          and t.step_slug = complete_task.step_slug
          and t.task_index = complete_task.task_index
       returning t.* into v_task;
+
+      if v_task.message_id is not null then
+        perform pgmq.archive(v_task.queue_name, v_task.message_id);
+      end if;
 
       update pgflow.step_states as ss
          set status = 'failed',
@@ -472,6 +1097,26 @@ begin
           'failed_at', v_state.failed_at),
         'step:' || v_state.step_slug || ':failed',
         v_state.run_id);
+
+      -- The rest of the run will not run: unfinished steps skipped, unfinished tasks cancelled, messages archived.
+      perform pgflow._finish_run_steps(complete_task.run_id, 'run_failed');
+
+      update pgflow.runs as r
+         set status = 'failed',
+             failed_at = now()
+       where r.run_id = complete_task.run_id
+      returning r.* into v_run;
+
+      perform pgflow._emit_event(
+        jsonb_build_object(
+          'event_type', 'run:failed',
+          'run_id', v_run.run_id,
+          'flow_slug', v_run.flow_slug,
+          'status', v_run.status,
+          'error_message', v_state.error_message,
+          'failed_at', v_run.failed_at),
+        'run:failed',
+        v_run.run_id);
 
       return next v_task;
       return;
@@ -577,17 +1222,19 @@ unknown):
     attempt (pgflow's four-argument call) is not fenced;
   * rows are locked in the order run, step state, task (the same order as fail_task and requeue_stalled_tasks),
     so concurrent callbacks of one run are serialised and never deadlock each other;
-  * failed run: nothing changes (its messages were archived when it failed);
+  * failed or cancelled run: nothing changes (its unfinished tasks were cancelled and their messages archived
+    when it ended);
   * step not 'started' (late or replayed callback: completed, skipped, failed): this task's message is archived,
     nothing else changes;
   * task not 'started' (queued, completed, failed): nothing changes at all, no message is touched and no type
     check runs (upstream pgflow failed the run on a bad output even for a never-started task);
   * type violation: a single step that has a dependent map still waiting for its array ('created',
     initial_tasks NULL; a map already skipped needs no array) and produced anything but a JSON array (SQL NULL
-    included) fails the run (run:failed), archives every queued/started message of the run, fails the task
-    ('[TYPE_VIOLATION] Produced <type> instead of array', output stored) and the step ('[TYPE_VIOLATION] Map
-    step <child> expects array input but dependency <step> produced <type>', step:failed); when_exhausted does
-    not apply;
+    included) fails the task ('[TYPE_VIOLATION] Produced <type> instead of array', output stored, message
+    archived) and the step ('[TYPE_VIOLATION] Map step <child> expects array input but dependency <step>
+    produced <type>', step:failed), then pgflow._finish_run_steps(run_id, 'run_failed') skips the run's
+    unfinished steps, cancels its unfinished tasks and archives their messages, and the run fails (run:failed,
+    last, with the step's error_message); when_exhausted does not apply;
   * otherwise the task is completed with the output exactly as given, the step's remaining_tasks drops; on the
     last task the step completes with its output (single: the task output; map: the outputs of all its tasks
     as one array ordered by task_index), its dependents' remaining_deps drop, dependent maps learn their task
@@ -1052,7 +1699,8 @@ create or replace function pgflow.fail_task(
   task_index    integer,
   error_message text,
   attempt       integer default null,
-  permanent     boolean default false
+  permanent     boolean default false,
+  retry_delay   integer default null
 )
 returns setof pgflow.step_tasks
 language plpgsql
@@ -1067,11 +1715,18 @@ declare
   v_base_delay     integer;
   v_when_exhausted text;
   v_queue          record;
+  v_delay          integer;
+  v_retry_at       timestamptz;
 begin
   if fail_task.error_message is null then
     raise exception 'fail_task: error_message must not be NULL (run %, step %, task %)',
       fail_task.run_id, fail_task.step_slug, fail_task.task_index
       using errcode = '22004';
+  end if;
+  if fail_task.retry_delay < 0 then
+    raise exception 'fail_task: retry_delay must be >= 0 seconds, got % (run %, step %, task %)',
+      fail_task.retry_delay, fail_task.run_id, fail_task.step_slug, fail_task.task_index
+      using errcode = '22023';
   end if;
 
   select r.* into v_run from pgflow.runs as r where r.run_id = fail_task.run_id for update;
@@ -1101,21 +1756,8 @@ begin
     return;
   end if;
 
-  -- Failed run: record the failure of a running task, never retry.
-  if v_run.status = 'failed' then
-    if v_task.status = 'started' then
-      update pgflow.step_tasks as t
-         set status = 'failed',
-             failed_at = now(),
-             error_message = fail_task.error_message
-       where t.run_id = fail_task.run_id
-         and t.step_slug = fail_task.step_slug
-         and t.task_index = fail_task.task_index
-      returning t.* into v_task;
-    end if;
-    if v_task.message_id is not null then
-      perform pgmq.archive(v_task.queue_name, v_task.message_id);
-    end if;
+  -- Failed or cancelled run: its unfinished tasks were cancelled and their messages archived; nothing changes.
+  if v_run.status in ('failed', 'cancelled') then
     return next v_task;
     return;
   end if;
@@ -1144,21 +1786,34 @@ begin
    where s.flow_slug = v_run.flow_slug and s.step_slug = fail_task.step_slug;
 
   -- Retry.
-  if v_task.attempts_count < v_max_attempts and v_task.permanently_stalled_at is null
+  if v_task.attempts_count - v_task.attempts_before_retry < v_max_attempts and v_task.permanently_stalled_at is null
      and not coalesce(fail_task.permanent, false) then
+    v_delay := coalesce(fail_task.retry_delay,
+                        pgflow.calculate_retry_delay(v_base_delay, v_task.attempts_count - v_task.attempts_before_retry));
+    if v_task.message_id is not null then
+      select m.vt into v_retry_at
+        from pgmq.set_vt(v_task.queue_name, v_task.message_id, v_delay) as m;
+    end if;
+    v_retry_at := coalesce(v_retry_at, clock_timestamp() + make_interval(secs => v_delay));
+
     update pgflow.step_tasks as t
        set status = 'queued',
            started_at = null,
            failed_at = null,
-           error_message = fail_task.error_message
+           error_message = fail_task.error_message,
+           retry_at = v_retry_at
      where t.run_id = fail_task.run_id
        and t.step_slug = fail_task.step_slug
        and t.task_index = fail_task.task_index
     returning t.* into v_task;
 
+    -- Wake the workers of the queue: now, or when the message becomes visible.
     if v_task.message_id is not null then
-      perform pgmq.set_vt(v_task.queue_name, v_task.message_id,
-                          pgflow.calculate_retry_delay(v_base_delay, v_task.attempts_count));
+      if v_delay = 0 then
+        perform pg_notify('pgflow:queue:' || v_task.queue_name, '');
+      else
+        perform pgflow._notify_queue_visible_at(v_task.queue_name, v_retry_at);
+      end if;
     end if;
     return next v_task;
     return;
@@ -1186,12 +1841,6 @@ begin
      where ss.run_id = fail_task.run_id and ss.step_slug = fail_task.step_slug
     returning ss.* into v_state;
 
-    update pgflow.runs as r
-       set status = 'failed',
-           failed_at = now()
-     where r.run_id = fail_task.run_id
-    returning r.* into v_run;
-
     perform pgflow._emit_event(
       jsonb_build_object(
         'event_type', 'step:failed',
@@ -1204,6 +1853,15 @@ begin
       'step:' || v_state.step_slug || ':failed',
       v_state.run_id);
 
+    -- The rest of the run will not run: unfinished steps skipped, unfinished tasks cancelled, messages archived.
+    perform pgflow._finish_run_steps(fail_task.run_id, 'run_failed');
+
+    update pgflow.runs as r
+       set status = 'failed',
+           failed_at = now()
+     where r.run_id = fail_task.run_id
+    returning r.* into v_run;
+
     perform pgflow._emit_event(
       jsonb_build_object(
         'event_type', 'run:failed',
@@ -1214,18 +1872,6 @@ begin
         'failed_at', v_run.failed_at),
       'run:failed',
       v_run.run_id);
-
-    for v_queue in
-      select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
-        from pgflow.step_tasks as t
-       where t.run_id = fail_task.run_id
-         and t.status in ('queued', 'started')
-         and t.message_id is not null
-       group by t.queue_name
-       order by t.queue_name
-    loop
-      perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
-    end loop;
 
     return next v_task;
     return;
@@ -1304,33 +1950,419 @@ begin
 end;
 $$;
 
-comment on function pgflow.fail_task(run_id uuid, step_slug text, task_index integer, error_message text, attempt integer, permanent boolean) is $doc$
-pgflow.fail_task(run_id, step_slug, task_index, error_message, attempt, permanent) guarantees (returns the task
-row; none if unknown):
-  * a NULL error_message is refused (SQLSTATE 22004, naming the task) before anything changes;
+comment on function pgflow.fail_task(run_id uuid, step_slug text, task_index integer, error_message text, attempt integer, permanent boolean, retry_delay integer) is $doc$
+pgflow.fail_task(run_id, step_slug, task_index, error_message, attempt, permanent, retry_delay) guarantees
+(returns the task row; none if unknown):
+  * a NULL error_message is refused (SQLSTATE 22004, naming the task), and so is a negative retry_delay
+    (SQLSTATE 22023, naming the value and the task), before anything changes;
   * attempt fencing (v0.20.0): when attempt is given and the task is not 'started' or its attempts_count is not
     attempt, the report comes from an attempt that is no longer current: nothing changes at all (no message is
     touched) and the row is returned as it is. A NULL attempt (pgflow's four-argument call) is not fenced;
   * permanent => true (the handler said the error will not go away): the task does not retry, whatever attempts
     are left; it is failed as an exhausted task (below);
   * rows are locked in the order run, step state, task (as in complete_task and requeue_stalled_tasks);
-  * failed run: a 'started' task becomes 'failed' with the message and its queue message is archived; no retry,
-    no event;
+  * failed or cancelled run (v0.20.0): nothing changes - its unfinished tasks were cancelled and their messages
+    archived when it ended, so a late failure is fenced like a late result;
   * step not 'started' (late or replayed callback): this task's message is archived, nothing else changes (no
     double decrement, no event);
   * task not 'started': nothing changes at all, the message keeps its visibility (upstream pgflow pushed it by
     the retry delay);
-  * attempts left (attempts_count < coalesce(step, flow) opt_max_attempts, and the task was not given up as
-    permanently stalled): the task goes back to 'queued' (started_at NULL, error_message kept) and its message
-    becomes visible after pgflow.calculate_retry_delay(coalesce(step, flow) opt_base_delay, attempts_count)
-    seconds from now; no event;
+  * attempts left (attempts_count - attempts_before_retry < coalesce(step, flow) opt_max_attempts, and the task
+    was not given up as permanently stalled): the task goes back to 'queued' (started_at NULL, error_message
+    kept) and its message becomes visible after retry_delay seconds from now when given (v0.20.0: the handler's
+    choice, e.g. an HTTP Retry-After; at most 2147483647, the integer range; it still spends the attempt), else
+    after pgflow.calculate_retry_delay(coalesce(step, flow) opt_base_delay, attempts_count -
+    attempts_before_retry); retry_at records that time (the message's new vt). The queue's workers are told:
+    pg_notify('pgflow:queue:<queue>', '') for a delay of 0, else pgflow._notify_queue_visible_at (payload
+    {"visible_at": ...}); no event;
   * exhausted: the task becomes 'failed' and its message is archived, then per the step's when_exhausted:
-    'fail' -> step and run fail, step:failed then run:failed, every queued/started message of the run archived;
+    'fail' -> the step fails (step:failed), pgflow._finish_run_steps(run_id, 'run_failed') skips the run's
+    unfinished steps (step:skipped each), cancels its unfinished tasks, archives their messages and tells the
+    workers of started ones ({"cancel_run": ...}), then the run fails (run:failed, last);
     'skip' -> step skipped (handler_failed, error_message kept), sibling messages archived, step:skipped,
     dependents released (map dependents get 0 tasks), conditions, taskless cascade, ready steps start, the run
     may complete; 'skip-cascade' -> like 'skip' but every dependent is skipped (dependency_skipped).
 Every message operation uses the queue the task stored (step_tasks.queue_name): single-message pgmq.archive and
 pgmq.set_vt calls for this task, one batch pgmq.archive call per queue when several tasks' messages are archived.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_retry_run.sql
+create or replace function pgflow.retry_run(run_id uuid, fresh boolean default false)
+returns pgflow.runs
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_flow_slug text;
+  v_run       pgflow.runs;
+  v_reset     text[];
+  v_restart   text[];
+  v_events    jsonb[];
+  v_group     record;
+  v_ids       bigint[];
+begin
+  select r.flow_slug into v_flow_slug from pgflow.runs as r where r.run_id = retry_run.run_id;
+  if not found then
+    raise exception 'run % not found', coalesce(retry_run.run_id::text, 'NULL')
+      using errcode = 'P0002';
+  end if;
+  -- The flow's compilation lock first (shared, as start_flow takes it), then the run: delete_flow_and_data holds
+  -- the flow lock exclusively while it deletes runs.
+  perform pg_advisory_xact_lock_shared(1, hashtext(lower(v_flow_slug)));
+
+  select r.* into v_run from pgflow.runs as r where r.run_id = retry_run.run_id for update;
+  if not found then
+    raise exception 'run % not found', retry_run.run_id
+      using errcode = 'P0002';
+  end if;
+  if v_run.status not in ('failed', 'cancelled') then
+    raise exception 'run % is %: only failed or cancelled runs can be retried', v_run.run_id, v_run.status
+      using errcode = '55000';
+  end if;
+
+  -- Fresh: a new run of the same flow with the same input, linked to this one.
+  if coalesce(retry_run.fresh, false) then
+    select s.* into v_run from pgflow.start_flow(v_run.flow_slug, v_run.input) as s;
+    update pgflow.runs as r
+       set retry_of = retry_run.run_id
+     where r.run_id = v_run.run_id
+    returning r.* into v_run;
+    return v_run;
+  end if;
+
+  -- Resume in place. The steps to run again: failed ones, and the ones that never finished because the run
+  -- ended (skipped run_failed / run_cancelled, or still created/started in a run that failed before v0.20.0).
+  -- Completed steps keep their outputs; steps skipped by a decision the run already acted on (condition_unmet,
+  -- handler_failed with when_exhausted skip, dependency_skipped) stay skipped.
+  perform 1
+     from pgflow.step_states as ss
+    where ss.run_id = v_run.run_id
+    order by ss.step_slug
+      for update;
+  v_reset := array(
+    select ss.step_slug
+      from pgflow.step_states as ss
+     where ss.run_id = v_run.run_id
+       and (ss.status in ('created', 'started', 'failed')
+            or (ss.status = 'skipped' and ss.skip_reason in ('run_failed', 'run_cancelled')))
+     order by ss.step_slug);
+  -- Of those, the ones that had started have all their dependencies completed or skipped for good: they start
+  -- again at once, on their existing task rows.
+  v_restart := array(
+    select distinct t.step_slug
+      from pgflow.step_tasks as t
+     where t.run_id = v_run.run_id
+       and t.step_slug = any (v_reset)
+     order by t.step_slug);
+
+  -- Any message of a task to run again that is still live (runs failed before v0.20.0) goes to the archive.
+  for v_group in
+    select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
+      from pgflow.step_tasks as t
+     where t.run_id = v_run.run_id
+       and t.step_slug = any (v_restart)
+       and t.status in ('queued', 'started')
+       and t.message_id is not null
+     group by t.queue_name
+     order by t.queue_name
+  loop
+    perform pgmq.archive(v_group.queue_name, v_group.msg_ids);
+  end loop;
+
+  -- Fresh attempts on the same rows: attempt numbers keep counting (a report of an attempt from before the retry
+  -- stays fenced), the retry budget starts again (attempts_before_retry). Completed tasks of a map keep their
+  -- outputs and are not run again.
+  update pgflow.step_tasks as t
+     set status = 'queued',
+         attempts_before_retry = t.attempts_count,
+         error_message = null,
+         output = null,
+         queued_at = now(),
+         started_at = null,
+         completed_at = null,
+         failed_at = null,
+         last_worker_id = null,
+         requeued_count = 0,
+         last_requeued_at = null,
+         permanently_stalled_at = null,
+         retry_at = null,
+         message_id = null,
+         queue_name = s.queue_name
+    from pgflow.steps as s
+   where t.run_id = v_run.run_id
+     and t.step_slug = any (v_restart)
+     and t.status <> 'completed'
+     and s.flow_slug = t.flow_slug
+     and s.step_slug = t.step_slug;
+
+  update pgflow.step_states as ss
+     set status = 'started',
+         started_at = now(),
+         remaining_deps = 0,
+         remaining_tasks = (select count(*)::integer
+                              from pgflow.step_tasks as t
+                             where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.status = 'queued'),
+         completed_at = null,
+         failed_at = null,
+         error_message = null,
+         output = null,
+         skip_reason = null,
+         skipped_at = null
+   where ss.run_id = v_run.run_id
+     and ss.step_slug = any (v_restart);
+
+  update pgflow.step_states as ss
+     set status = 'created',
+         remaining_deps = (select count(*)::integer
+                             from pgflow.deps as d
+                            where d.flow_slug = ss.flow_slug
+                              and d.step_slug = ss.step_slug
+                              and d.dep_slug = any (v_reset)),
+         initial_tasks = case
+                           when s.step_type = 'map' and exists (
+                                  select 1 from pgflow.deps as d
+                                   where d.flow_slug = ss.flow_slug
+                                     and d.step_slug = ss.step_slug
+                                     and d.dep_slug = any (v_reset))
+                           then null
+                           else ss.initial_tasks
+                         end,
+         remaining_tasks = null,
+         started_at = null,
+         completed_at = null,
+         failed_at = null,
+         error_message = null,
+         output = null,
+         skip_reason = null,
+         skipped_at = null
+    from pgflow.steps as s
+   where ss.run_id = v_run.run_id
+     and ss.step_slug = any (v_reset)
+     and not ss.step_slug = any (v_restart)
+     and s.flow_slug = ss.flow_slug
+     and s.step_slug = ss.step_slug;
+
+  update pgflow.runs as r
+     set status = 'started',
+         failed_at = null,
+         cancelled_at = null,
+         cancel_reason = null,
+         remaining_steps = cardinality(v_reset)
+   where r.run_id = v_run.run_id
+  returning r.* into v_run;
+
+  perform pgflow._emit_event(
+    jsonb_build_object(
+      'event_type', 'run:started',
+      'run_id', v_run.run_id,
+      'flow_slug', v_run.flow_slug,
+      'input', v_run.input,
+      'status', v_run.status,
+      'remaining_steps', v_run.remaining_steps,
+      'started_at', v_run.started_at,
+      'retried', true),
+    'run:started',
+    v_run.run_id);
+
+  -- The restarted steps: step:started each, then their messages (one send_batch per queue and start delay).
+  select array_agg(jsonb_build_object(
+                     'event_type', 'step:started',
+                     'run_id', ss.run_id,
+                     'flow_slug', ss.flow_slug,
+                     'step_slug', ss.step_slug,
+                     'status', ss.status,
+                     'started_at', ss.started_at,
+                     'remaining_tasks', ss.remaining_tasks,
+                     'remaining_deps', ss.remaining_deps) order by s.step_index)
+    into v_events
+    from pgflow.step_states as ss
+    join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
+   where ss.run_id = v_run.run_id
+     and ss.step_slug = any (v_restart);
+  perform pgflow._emit_events(v_events);
+
+  for v_group in
+    select s.queue_name, coalesce(s.opt_start_delay, 0) as start_delay,
+           array_agg(t.step_slug order by t.step_slug, t.task_index) as slugs,
+           array_agg(t.task_index order by t.step_slug, t.task_index) as idx
+      from pgflow.step_tasks as t
+      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+     where t.run_id = v_run.run_id
+       and t.step_slug = any (v_restart)
+       and t.status = 'queued'
+     group by s.queue_name, coalesce(s.opt_start_delay, 0)
+     order by s.queue_name, coalesce(s.opt_start_delay, 0)
+  loop
+    -- send_batch returns the ids in array order, increasing: the n-th smallest id is the n-th message.
+    v_ids := array(
+      select m.msg_id
+        from pgmq.send_batch(
+               v_group.queue_name,
+               array(select jsonb_build_object('flow_slug', v_run.flow_slug, 'run_id', v_run.run_id,
+                                               'step_slug', x.slug, 'task_index', x.idx)
+                       from unnest(v_group.slugs, v_group.idx) with ordinality as x (slug, idx, pos)
+                      order by x.pos),
+               v_group.start_delay) as m (msg_id)
+       order by m.msg_id);
+    update pgflow.step_tasks as t
+       set message_id = x.msg_id
+      from unnest(v_group.slugs, v_group.idx, v_ids) as x (slug, idx, msg_id)
+     where t.run_id = v_run.run_id
+       and t.step_slug = x.slug
+       and t.task_index = x.idx;
+    if v_group.start_delay = 0 then
+      perform pg_notify('pgflow:queue:' || v_group.queue_name, '');
+    else
+      perform pgflow._notify_queue_visible_at(v_group.queue_name,
+                                              clock_timestamp() + make_interval(secs => v_group.start_delay));
+    end if;
+  end loop;
+
+  -- Everything else follows the ordinary path: conditions of ready steps, taskless steps, ready steps start,
+  -- and the run completes when nothing is left.
+  if pgflow.cascade_resolve_conditions(v_run.run_id) then
+    perform pgflow.cascade_complete_taskless_steps(v_run.run_id);
+    perform pgflow.start_ready_steps(v_run.run_id);
+    perform pgflow.maybe_complete_run(v_run.run_id);
+  end if;
+
+  select r.* into v_run from pgflow.runs as r where r.run_id = retry_run.run_id;
+  return v_run;
+end;
+$$;
+
+comment on function pgflow.retry_run(run_id uuid, fresh boolean) is $doc$
+pgflow.retry_run(run_id, fresh) guarantees (v0.20.0; SECURITY INVOKER: the caller needs the table privileges a
+worker has), in one transaction:
+  * unknown run (or NULL): SQLSTATE P0002 'run <run_id> not found'; a run that is neither 'failed' nor
+    'cancelled': SQLSTATE 55000 'run <run_id> is <status>: only failed or cancelled runs can be retried' -
+    nothing changes;
+  * locks: the flow's compilation lock (shared, as start_flow), then the run row, then its step states, so of two
+    concurrent retries of a run the first resumes it and the second, once the first committed, sees it
+    'started' and gets 55000; a retry and late results of the run are serialised the same way;
+  * fresh => true: starts a new run of the same flow with the same input through pgflow.start_flow (the flow as
+    it is now; run:started and everything start_flow guarantees), with retry_of = run_id; the original run is
+    not changed; returns the new run (each call starts one);
+  * fresh => false (resume in place): the run returns to 'started' (failed_at, cancelled_at, cancel_reason
+    cleared; started_at kept) and run:started is emitted with "retried": true. Steps to run again: 'failed'
+    ones, ones skipped with skip_reason 'run_failed' or 'run_cancelled', and any still 'created'/'started' (a run
+    failed before v0.20.0). Every other step keeps its state: completed steps keep their outputs and task rows
+    and are never run again; steps skipped by a decision the run already acted on (condition_unmet,
+    handler_failed, dependency_skipped) stay skipped. remaining_steps = the number of steps to run again;
+  * a step to run again that had tasks (all its dependencies completed or skipped for good) starts again at
+    once: 'started' (started_at now), its non-completed tasks become 'queued' on the same rows with fresh
+    attempts - attempts_before_retry = attempts_count, so the retry budget starts again while attempt numbers
+    keep counting and a report of an attempt from before the retry changes nothing - and error, output,
+    timestamps, worker, requeue and retry_at cleared; a map's completed tasks keep their outputs and are not run
+    again (remaining_tasks counts the others); new messages go to the step's current queue (one send_batch per
+    queue and start delay, opt_start_delay applies as at a first start, then pg_notify '' or a visible_at
+    notification); step:started is emitted per such step in step_index order;
+  * every other step to run again becomes 'created' with remaining_deps = its dependencies that run again and
+    initial_tasks kept (NULL for a map whose dependency runs again, learnt when it completes);
+  * then the ordinary path: conditions of ready steps are resolved (an unmet 'fail' condition fails the run
+    again), taskless steps complete, ready steps start, and the run completes if nothing is left;
+  * returns the run row as it is at the end.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_start_ready_steps.sql
+create or replace function pgflow.start_ready_steps(run_id uuid)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_run_status text;
+  v_step       record;
+begin
+  select r.status into v_run_status from pgflow.runs as r where r.run_id = start_ready_steps.run_id;
+  if v_run_status is distinct from 'started' then
+    return;
+  end if;
+
+  for v_step in
+    with started as (
+      update pgflow.step_states as ss
+         set status = 'started',
+             started_at = now(),
+             remaining_tasks = ss.initial_tasks
+       where ss.run_id = start_ready_steps.run_id
+         and ss.status = 'created'
+         and ss.remaining_deps = 0
+         and ss.initial_tasks > 0
+      returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.started_at, ss.remaining_tasks,
+                ss.remaining_deps, ss.initial_tasks
+    )
+    select st.*, s.step_index, s.queue_name, coalesce(s.opt_start_delay, 0) as start_delay
+      from started as st
+      join pgflow.steps as s on s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+     order by s.step_index
+  loop
+    perform pgflow._emit_event(
+      jsonb_build_object(
+        'event_type', 'step:started',
+        'run_id', v_step.run_id,
+        'flow_slug', v_step.flow_slug,
+        'step_slug', v_step.step_slug,
+        'status', v_step.status,
+        'started_at', v_step.started_at,
+        'remaining_tasks', v_step.remaining_tasks,
+        'remaining_deps', v_step.remaining_deps),
+      'step:' || v_step.step_slug || ':started',
+      v_step.run_id);
+
+    -- send_batch returns the new ids in array order and ids increase along the array, so the n-th smallest id
+    -- belongs to the message with task_index n.
+    insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name)
+    select v_step.flow_slug, v_step.run_id, v_step.step_slug, (m.n - 1)::integer, m.msg_id, v_step.queue_name
+      from (
+        select sent.msg_id, row_number() over (order by sent.msg_id) as n
+          from pgmq.send_batch(
+                 v_step.queue_name,
+                 array(
+                   select jsonb_build_object(
+                            'flow_slug', v_step.flow_slug,
+                            'run_id', v_step.run_id,
+                            'step_slug', v_step.step_slug,
+                            'task_index', i)
+                     from generate_series(0, v_step.initial_tasks - 1) as i
+                    order by i),
+                 v_step.start_delay) as sent(msg_id)
+      ) as m;
+
+    -- Wake the workers waiting on this queue (at commit; PostgreSQL folds identical notifications of one
+    -- transaction into one). Delayed messages: tell them when the messages become visible (send_batch gave
+    -- them clock_timestamp() + delay a moment ago, so this time is at or just after it).
+    if v_step.start_delay = 0 then
+      perform pg_notify('pgflow:queue:' || v_step.queue_name, '');
+    else
+      perform pgflow._notify_queue_visible_at(v_step.queue_name,
+                                              clock_timestamp() + make_interval(secs => v_step.start_delay));
+    end if;
+  end loop;
+end;
+$$;
+
+comment on function pgflow.start_ready_steps(run_id uuid) is $doc$
+pgflow.start_ready_steps(run_id) guarantees:
+  * nothing happens unless the run is 'started';
+  * every step state of the run that is 'created' with remaining_deps 0 and initial_tasks > 0 becomes 'started'
+    (started_at now, remaining_tasks = initial_tasks), exactly once even when called concurrently;
+  * per started step, in step_index order: step:started is emitted, one message per task
+    {"flow_slug", "run_id", "step_slug", "task_index"} is sent with one pgmq.send_batch call to the step's queue
+    (steps.queue_name), delayed by the step's opt_start_delay seconds (NULL = 0), and one 'queued' step_tasks
+    row per message is written with its message_id and that same queue_name (task_index 0 .. initial_tasks-1,
+    paired with the message carrying that index); no queue is created here (no DDL);
+  * after sending undelayed messages, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers listening for
+    that queue (since v0.18.0); after sending delayed ones, pgflow._notify_queue_visible_at tells them when the
+    messages become visible ({"visible_at": ...}, at most one per queue and time in a transaction; v0.20.0);
+  * steps with initial_tasks NULL (dependent maps whose parent has not completed) or 0 (taskless, completed by
+    cascade_complete_taskless_steps) are never started here. Conditions are not evaluated here: callers resolve
+    them first (cascade_resolve_conditions / cascade_complete_taskless_steps).
 $doc$;
 -- end generated
 
@@ -1443,7 +2475,7 @@ begin
     execute format('grant execute on function %s to %I',
       case v_grant.proname
         when 'complete_task' then 'pgflow.complete_task(uuid, text, integer, jsonb, integer)'
-        when 'fail_task' then 'pgflow.fail_task(uuid, text, integer, text, integer, boolean)'
+        when 'fail_task' then 'pgflow.fail_task(uuid, text, integer, text, integer, boolean, integer)'
         else 'pgflow.complete_tasks(uuid[], text[], integer[], jsonb[], integer[])'
       end,
       v_grant.grantee);
@@ -1545,28 +2577,6 @@ output>} over its completed leaf steps (NULL when none completed), and run:compl
 run_id order. Runs that are completed, failed, still have steps left, or do not exist are not touched; NULL or
 empty run_ids do nothing.
 $doc$;
-comment on function pgflow._start_ready_steps_batch(run_ids uuid[], started_run_ids uuid[], started_step_slugs text[]) is $doc$
-pgflow._start_ready_steps_batch(run_ids, started_run_ids, started_step_slugs) guarantees: for every run of run_ids
-exactly what pgflow.start_ready_steps(run_id) guarantees, done set-based:
-  * only runs that are 'started' are touched; NULL or empty run_ids do nothing;
-  * every step state of those runs that is 'created' with remaining_deps 0 and initial_tasks > 0 becomes
-    'started' (started_at now, remaining_tasks = initial_tasks), exactly once even when called concurrently
-    (one UPDATE starts them all);
-  * step:started is emitted per started step, ordered by run_id, then step_index;
-  * one message per task {"flow_slug", "run_id", "step_slug", "task_index"} goes to the step's queue
-    (steps.queue_name), delayed by the step's opt_start_delay seconds (NULL = 0), with one pgmq.send_batch call
-    per (queue, delay) for all the runs together, and one 'queued' step_tasks row per message is written with
-    its message_id and that queue_name (task_index 0 .. initial_tasks-1, paired with the message carrying that
-    index); no queue is created here (no DDL);
-  * after sending undelayed messages to a queue, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers
-    listening for that queue (at commit; folded into one notification per queue and transaction);
-  * steps with initial_tasks NULL or 0 are never started here, and conditions are not evaluated here (as in
-    start_ready_steps);
-  * the step states named by the pairs (started_run_ids[i], started_step_slugs[i]) were made 'started' by the
-    caller in this transaction (in the same row version that made them ready, one row version fewer than
-    'created' -> ready -> 'started'): they get exactly what a step started here gets - its step:started event in
-    the same order, its messages and tasks - and are not updated again. NULL arrays name none.
-$doc$;
 comment on function pgflow.add_step(flow_slug text, step_slug text, deps_slugs text[], max_attempts integer, base_delay integer, timeout integer, start_delay integer, step_type text, required_input_pattern jsonb, forbidden_input_pattern jsonb, when_unmet text, when_exhausted text) is $doc$
 pgflow.add_step(...) guarantees:
   * definitions of one flow are serialised by a row lock on the flow;
@@ -1607,24 +2617,6 @@ pgflow.cascade_complete_taskless_steps(run_id) guarantees:
   * at most 50 iterations (each wave and the final empty one count): more raises
     'Cascade loop exceeded safety limit of 50 iterations (run <run_id>)', which rolls back the caller.
 The run itself is not completed here; callers call pgflow.maybe_complete_run.
-$doc$;
-comment on function pgflow.cascade_resolve_conditions(run_id uuid) is $doc$
-pgflow.cascade_resolve_conditions(run_id) guarantees: the if/ifNot conditions of every step of the run that is
-'created' with remaining_deps 0 and has a pattern are evaluated, repeatedly until nothing changes:
-  * condition input: the run input for steps without dependencies, otherwise {<dep_slug>: <output>} over the
-    dependencies that completed (skipped ones are absent); met <=> (required pattern NULL or input @> it) and
-    (forbidden pattern NULL or not input @> it);
-  * when_unmet 'fail': the unmet step with the lowest step_index fails ('Condition not met'), the run fails,
-    step:failed then run:failed are emitted, every queued/started message of the run is archived (from the
-    queues its tasks stored, one batch call per queue), and the function returns false (only that one step is
-    failed);
-  * when_unmet 'skip': the step is skipped (condition_unmet, step:skipped emitted in step_index order), its
-    dependents' remaining_deps drop, map dependents get initial_tasks 0, the run's remaining_steps drops;
-  * when_unmet 'skip-cascade': pgflow._cascade_force_skip_steps(run_id, step, 'condition_unmet'), in step_index
-    order;
-  * returns false when the run is (or becomes) 'failed', true otherwise (also for 'completed' and unknown runs,
-    where nothing is evaluated). More than 50 rounds raise
-    'cascade_resolve_conditions exceeded safety limit of 50 iterations (run <run_id>)'.
 $doc$;
 comment on function pgflow.create_flow(flow_slug text, max_attempts integer, base_delay integer, timeout integer) is $doc$
 pgflow.create_flow(flow_slug, max_attempts, base_delay, timeout) guarantees:
@@ -1776,22 +2768,6 @@ transaction). It guarantees:
     runs.input - the call is atomic: all runs start or none;
   * waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow;
   * returns the run rows as they are at the end, in the order of inputs; NULL or empty inputs start nothing.
-$doc$;
-comment on function pgflow.start_ready_steps(run_id uuid) is $doc$
-pgflow.start_ready_steps(run_id) guarantees:
-  * nothing happens unless the run is 'started';
-  * every step state of the run that is 'created' with remaining_deps 0 and initial_tasks > 0 becomes 'started'
-    (started_at now, remaining_tasks = initial_tasks), exactly once even when called concurrently;
-  * per started step, in step_index order: step:started is emitted, one message per task
-    {"flow_slug", "run_id", "step_slug", "task_index"} is sent with one pgmq.send_batch call to the step's queue
-    (steps.queue_name), delayed by the step's opt_start_delay seconds (NULL = 0), and one 'queued' step_tasks
-    row per message is written with its message_id and that same queue_name (task_index 0 .. initial_tasks-1,
-    paired with the message carrying that index); no queue is created here (no DDL);
-  * after sending undelayed messages, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers listening for
-    that queue (since v0.18.0);
-  * steps with initial_tasks NULL (dependent maps whose parent has not completed) or 0 (taskless, completed by
-    cascade_complete_taskless_steps) are never started here. Conditions are not evaluated here: callers resolve
-    them first (cascade_resolve_conditions / cascade_complete_taskless_steps).
 $doc$;
 comment on function pgflow.start_tasks(flow_slug text, msg_ids bigint[], worker_id uuid, queue_name text) is $doc$
 pgflow.start_tasks(flow_slug, msg_ids, worker_id, queue_name) guarantees (phase 2 of polling, after pgmq.read*):
