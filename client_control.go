@@ -59,10 +59,11 @@ func (c *Client) CancelRun(ctx context.Context, runID string, opts *CancelRunOpt
 // run failed or was cancelled, or never ran get fresh attempts. Workers pick the ready steps up as usual. Two
 // concurrent retries of one run resume it once: the other gets ErrRunFinished.
 //
-// With opts.Fresh it starts a new run of the same flow with the same input instead, linked to the original by
-// Run.RetryOf, and returns the new run; the original stays as it is (and may be retried fresh again).
+// With opts.Fresh it starts a new run of the same flow (as compiled now) with the same input instead, linked to
+// the original by Run.RetryOf, and returns the new run; the original stays as it is (and may be retried again).
 //
-// An unknown run gives ErrRunNotFound; a run that is started or completed gives ErrRunFinished naming its status.
+// Either way the run must be failed or cancelled: an unknown run gives ErrRunNotFound, a run that is started or
+// completed gives ErrRunFinished naming its status (nothing changes).
 func (c *Client) RetryRun(ctx context.Context, runID string, opts *RetryRunOpts) (*Run, error) {
 	id, err := canonicalRunID(runID)
 	if err != nil {
@@ -91,8 +92,8 @@ func controlError(verb, id string, err error) error {
 		return fmt.Errorf("pgflow: %s run %s: %w (check the id: pgflow runs list)", verb, id, ErrRunNotFound)
 	case sqlapi.IsRunFinished(err):
 		hint := "nothing was changed"
-		if verb == "retry" {
-			hint = "nothing was changed; only a failed or cancelled run can be resumed, RetryRunOpts.Fresh starts a new run with the same input"
+		if strings.HasPrefix(verb, "retry") {
+			hint = "nothing was changed; only a failed or cancelled run can be retried: to run a completed run's input again, start a new run with it"
 		}
 		return fmt.Errorf("pgflow: %s run %s: %w: %s (%s)", verb, id, ErrRunFinished, sqlapi.ErrorMessage(err), hint)
 	case sqlapi.IsInvalidRunID(err):

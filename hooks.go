@@ -170,6 +170,10 @@ const (
 	// OutcomeReleased: the worker shut down while the handler ran; the task went back to its queue without
 	// spending the attempt.
 	OutcomeReleased TaskOutcome = "released"
+	// OutcomeCancelled: the task's run was cancelled while the handler ran (Client.CancelRun); the database fenced
+	// the result, so it changed nothing. The handler's context was cancelled with a *RunCancelledError as its
+	// cause when the worker listens for notifications.
+	OutcomeCancelled TaskOutcome = "cancelled"
 )
 
 // TaskFinishedEvent reports the end of a started task. Time is when its result was reported.

@@ -526,7 +526,7 @@ func TestPublicOutcomesMatchTheEngine(t *testing.T) {
 	pairs := map[TaskOutcome]observe.Outcome{
 		OutcomeCompleted: observe.Completed, OutcomeRetried: observe.Retried, OutcomeFailed: observe.Failed,
 		OutcomeNotRecorded: observe.NotRecorded, OutcomeUnreported: observe.Unreported, OutcomeStale: observe.Stale,
-		OutcomeReleased: observe.Released,
+		OutcomeReleased: observe.Released, OutcomeCancelled: observe.Cancelled,
 	}
 	for public, engine := range pairs {
 		require.Equal(t, string(engine), string(public))

@@ -27,6 +27,7 @@ const (
 	Unreported  Outcome = "unreported"   // the database could not be reached; stalled-task recovery requeues the task
 	Stale       Outcome = "stale"        // another attempt of the task is current: nothing recorded
 	Released    Outcome = "released"     // a shutdown put the task back in its queue without spending the attempt
+	Cancelled   Outcome = "cancelled"    // the task's run was cancelled (pgflow.cancel_run): the result changes nothing
 )
 
 // Reasons of a stale result.
