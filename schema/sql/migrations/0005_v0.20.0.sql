@@ -2278,6 +2278,8 @@ as $$
 declare
   v_run_status text;
   v_step       record;
+  v_queues     text[] := '{}';
+  v_delays     integer[] := '{}';
 begin
   select r.status into v_run_status from pgflow.runs as r where r.run_id = start_ready_steps.run_id;
   if v_run_status is distinct from 'started' then
@@ -2334,14 +2336,25 @@ begin
                  v_step.start_delay) as sent(msg_id)
       ) as m;
 
-    -- Wake the workers waiting on this queue (at commit; PostgreSQL folds identical notifications of one
-    -- transaction into one). Delayed messages: tell them when the messages become visible (send_batch gave
-    -- them clock_timestamp() + delay a moment ago, so this time is at or just after it).
-    if v_step.start_delay = 0 then
+    v_queues := v_queues || v_step.queue_name;
+    v_delays := v_delays || v_step.start_delay;
+  end loop;
+
+  -- Wake the workers waiting on each queue (at commit; PostgreSQL folds identical notifications of one
+  -- transaction into one): '' for undelayed messages, and for delayed ones the time the earliest becomes visible
+  -- (send_batch gave them clock_timestamp() + delay a moment ago, so this time is at or just after it).
+  for v_step in
+    select x.queue_name, bool_or(x.delay = 0) as now, min(x.delay) filter (where x.delay > 0) as delay
+      from unnest(v_queues, v_delays) as x (queue_name, delay)
+     group by x.queue_name
+     order by x.queue_name
+  loop
+    if v_step.now then
       perform pg_notify('pgflow:queue:' || v_step.queue_name, '');
-    else
+    end if;
+    if v_step.delay is not null then
       perform pgflow._notify_queue_visible_at(v_step.queue_name,
-                                              clock_timestamp() + make_interval(secs => v_step.start_delay));
+                                              clock_timestamp() + make_interval(secs => v_step.delay));
     end if;
   end loop;
 end;
@@ -2359,7 +2372,7 @@ pgflow.start_ready_steps(run_id) guarantees:
     paired with the message carrying that index); no queue is created here (no DDL);
   * after sending undelayed messages, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers listening for
     that queue (since v0.18.0); after sending delayed ones, pgflow._notify_queue_visible_at tells them when the
-    messages become visible ({"visible_at": ...}, at most one per queue and time in a transaction; v0.20.0);
+    earliest of them becomes visible ({"visible_at": ...}, one per queue; v0.20.0);
   * steps with initial_tasks NULL (dependent maps whose parent has not completed) or 0 (taskless, completed by
     cascade_complete_taskless_steps) are never started here. Conditions are not evaluated here: callers resolve
     them first (cascade_resolve_conditions / cascade_complete_taskless_steps).

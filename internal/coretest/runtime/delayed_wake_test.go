@@ -1,0 +1,96 @@
+package runtime_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	fx "github.com/pgflow-go/pgflow/internal/coretest/fixture"
+)
+
+// visibleAt parses a {"visible_at": ...} payload.
+func visibleAt(t *testing.T, payload string) time.Time {
+	t.Helper()
+	var p map[string]string
+	require.NoError(t, json.Unmarshal([]byte(payload), &p), payload)
+	require.Len(t, p, 1, payload)
+	at, err := time.Parse(time.RFC3339Nano, p["visible_at"])
+	require.NoError(t, err, payload)
+	return at
+}
+
+// fail_task with retry_delay: the handler's delay replaces the backoff, retry_at records when the message becomes
+// visible (its vt), the attempt is spent, and the queue's workers get one {"visible_at"} notification; a delay of
+// 0 wakes them at once with ''; a negative delay is refused before anything changes.
+func TestFailTaskRetryDelay(t *testing.T) {
+	t.Parallel()
+	d := newDB(t)
+	db := d.Pool
+	fx.Exec(t, db, "select pgflow.create_flow('rd', max_attempts => 3, base_delay => 1000)")
+	fx.Exec(t, db, "select pgflow.add_step('rd', 'a')")
+	run := fx.StartFlow(t, db, "rd", `{}`)
+	msg := *fx.GetTask(t, db, run.RunID, "a", 0).MessageID
+	require.Len(t, fx.ReadAndStart(t, db, "rd", 30, 1), 1)
+
+	before := fullState(t, db, run.RunID, "rd")
+	_, err := db.Exec(fx.Ctx(t), "select pgflow.fail_task($1::uuid, 'a', 0, 'x', 1, false, -1)", run.RunID)
+	requirePgError(t, err, "22023", "fail_task: retry_delay must be >= 0 seconds, got -1 (run "+run.RunID+", step a, task 0)")
+	require.Equal(t, before, fullState(t, db, run.RunID, "rd"))
+
+	collect := queueNotifications(t, d.URL, "rd")
+	require.Equal(t, "queued", fx.Val[string](t, db,
+		"select status from pgflow.fail_task($1::uuid, 'a', 0, 'slow down', attempt => 1, retry_delay => 7)", run.RunID))
+	require.InDelta(t, 7, fx.VisibleIn(t, db, "rd", msg), 1.5, "the handler's delay, not 1000 * 2")
+	var retryAt, vt time.Time
+	require.NoError(t, db.QueryRow(fx.Ctx(t), "select retry_at from pgflow.step_tasks where run_id = $1::uuid", run.RunID).Scan(&retryAt))
+	require.NoError(t, db.QueryRow(fx.Ctx(t), "select vt from pgmq.q_rd where msg_id = $1", msg).Scan(&vt))
+	require.True(t, retryAt.Equal(vt), "retry_at %v is the message's vt %v", retryAt, vt)
+	got := collect()
+	require.Len(t, got, 1, "%v", got)
+	require.Equal(t, vt.UTC().Truncate(time.Microsecond), visibleAt(t, got[0]).UTC())
+
+	fx.Exec(t, db, "select pgflow.set_vt_batch('rd', array[$1::bigint], array[0])", msg)
+	require.Len(t, fx.ReadAndStart(t, db, "rd", 30, 1), 1)
+	row := fx.Val[int](t, db, "select attempts_count from pgflow.fail_task($1::uuid, 'a', 0, 'again', attempt => 2, retry_delay => 0)", run.RunID)
+	require.Equal(t, 2, row, "the delay spends the attempt")
+	require.InDelta(t, 0, fx.VisibleIn(t, db, "rd", msg), 1)
+	require.Equal(t, []string{""}, collect(), "visible now: the ordinary wake-up")
+
+	require.Len(t, fx.ReadAndStart(t, db, "rd", 30, 1), 1)
+	require.Equal(t, "failed", fx.Val[string](t, db,
+		"select status from pgflow.fail_task($1::uuid, 'a', 0, 'last', attempt => 3, retry_delay => 5)", run.RunID),
+		"an exhausted task fails whatever the delay")
+}
+
+// Start delays announce when the messages become visible: one notification per queue and transaction, with the
+// earliest time, whether steps start one by one (start_flow) or in a batch (complete_tasks, start_flows).
+func TestStartDelaysNotifyVisibleAt(t *testing.T) {
+	t.Parallel()
+	d := newDB(t)
+	db := d.Pool
+	fx.Exec(t, db, "select pgflow.create_flow('sd')")
+	fx.Exec(t, db, "select pgflow.add_step('sd', 'late', start_delay => 40)")
+	fx.Exec(t, db, "select pgflow.add_step('sd', 'soon', start_delay => 20)")
+	fx.Exec(t, db, "select pgflow.add_step('sd', 'now')")
+	collect := queueNotifications(t, d.URL, "sd")
+
+	startedAt := time.Now()
+	fx.StartFlow(t, db, "sd", `{}`)
+	got := collect()
+	require.Len(t, got, 2, "%v", got)
+	require.Equal(t, "", got[0])
+	at := visibleAt(t, got[1])
+	soon := fx.Val[time.Time](t, db, `select q.vt from pgmq.q_sd q join pgflow.step_tasks t on t.message_id = q.msg_id
+		where t.step_slug = 'soon'`)
+	require.False(t, at.Before(soon), "announced %v, visible %v", at, soon)
+	require.Less(t, at.Sub(soon), time.Second)
+	require.InDelta(t, 20, at.Sub(startedAt).Seconds(), 5)
+
+	fx.Exec(t, db, "select pgflow.start_flows('sd', array['{}', '{}']::jsonb[])")
+	got = collect()
+	require.Len(t, got, 2, "%v", got)
+	require.Equal(t, "", got[0])
+	require.InDelta(t, 20, time.Until(visibleAt(t, got[1])).Seconds(), 5)
+}
