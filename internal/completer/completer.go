@@ -293,10 +293,20 @@ func (c *Completer) completionOutcome(log *slog.Logger, meta taskrun.Meta, done 
 
 // Fail records a failed attempt with pgflow.fail_task (permanent: no retry) and returns what became of the task.
 func (c *Completer) Fail(log *slog.Logger, meta taskrun.Meta, msg string, permanent bool) observe.Outcome {
+	return c.fail(log, meta, msg, permanent, nil)
+}
+
+// FailRetryAfter records a failed attempt whose handler asked for its retry after delay (pgflow.RetryAfter):
+// pgflow.fail_task with retry_delay, which replaces the step's backoff (the attempt is spent all the same).
+func (c *Completer) FailRetryAfter(log *slog.Logger, meta taskrun.Meta, msg string, delay time.Duration) observe.Outcome {
+	return c.fail(log, meta, msg, false, &delay)
+}
+
+func (c *Completer) fail(log *slog.Logger, meta taskrun.Meta, msg string, permanent bool, retryDelay *time.Duration) observe.Outcome {
 	msg = cleanErrorMessage(msg)
 	var failed sqlapi.FailedTask
 	err := c.retry(log, "fail_task", func(ctx context.Context) (err error) {
-		failed, err = sqlapi.FailTaskAt(ctx, c.cfg.DB, ref(meta), msg, permanent)
+		failed, err = sqlapi.FailTaskAt(ctx, c.cfg.DB, ref(meta), msg, permanent, retryDelay)
 		return err
 	})
 	switch {
@@ -310,6 +320,9 @@ func (c *Completer) Fail(log *slog.Logger, meta taskrun.Meta, msg string, perman
 		log.Info("task failure not recorded: the task is no longer running (its run failed or its step finished)",
 			"status", failed.Status, "outcome", failed.Outcome)
 		return observe.NotRecorded
+	case failed.Status == "queued" && retryDelay != nil:
+		log.Info("task will be retried after the delay its handler asked for", "retry_after", *retryDelay)
+		return observe.Retried
 	case failed.Status == "queued":
 		log.Info("task will be retried")
 		return observe.Retried

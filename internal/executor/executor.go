@@ -176,6 +176,7 @@ func (e *Executor) Run(t Task) {
 		return
 	}
 	permanent := taskrun.Permanent(err)
+	retryDelay, retryAfter := handlerRetryDelay(err, permanent)
 	if p, ok := taskrun.AsPanic(err); ok {
 		log.Error("handler panicked", "panic", fmt.Sprint(p.PanicValue()), "stack", string(p.PanicStack()), "duration", elapsed)
 	} else {
@@ -184,6 +185,8 @@ func (e *Executor) Run(t Task) {
 			log.Warn("task timed out", "error", err.Error(), "timeout", timeout, "duration", elapsed)
 		case permanent:
 			log.Warn("task failed with a permanent error: it is not retried", "error", err.Error(), "duration", elapsed)
+		case retryAfter:
+			log.Warn("task failed", "error", err.Error(), "duration", elapsed, "retry_after", retryDelay)
 		default:
 			log.Warn("task failed", "error", err.Error(), "duration", elapsed)
 		}
@@ -193,7 +196,26 @@ func (e *Executor) Run(t Task) {
 		finish(e.cfg.Completer.Release(log, meta, "the worker shut down while its handler ran"))
 		return
 	}
+	if retryAfter {
+		finish(e.cfg.Completer.FailRetryAfter(log, meta, err.Error(), retryDelay))
+		return
+	}
 	finish(e.cfg.Completer.Fail(log, meta, err.Error(), permanent))
+}
+
+// MaxRetryAfter bounds the retry delay a handler may ask for (pgflow.RetryAfter); longer delays are cut to it.
+const MaxRetryAfter = 24 * time.Hour
+
+// handlerRetryDelay is the retry delay a handler's error asks for (pgflow.RetryAfter), at most MaxRetryAfter;
+// ok is false when it asks for none or when the error is permanent (a permanent error is never retried, so
+// Permanent wins over RetryAfter wherever either wraps the other). A timed-out attempt's error is the timeout
+// alone, so a delay the handler returned after its deadline is not used.
+func handlerRetryDelay(err error, permanent bool) (time.Duration, bool) {
+	if permanent {
+		return 0, false
+	}
+	d, ok := taskrun.RetryDelay(err)
+	return min(d, MaxRetryAfter), ok
 }
 
 // timeoutWithoutHandler fails an attempt whose handler is still running at its step's deadline, without waiting

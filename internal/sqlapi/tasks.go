@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -350,15 +351,18 @@ type FailedTask struct {
 	CurrentAttempt int    // the task's attempts_count afterwards
 }
 
-// FailTaskAt records the failure of attempt ref.Attempt with pgflow.fail_task(..., attempt, permanent) (schema
-// v0.20.0): the database changes nothing unless that attempt is the task's current, started attempt. permanent
-// fails the task without retry (the step's when_exhausted policy applies). fail_task returns the task row as it
+// FailTaskAt records the failure of attempt ref.Attempt with pgflow.fail_task(..., attempt, permanent,
+// retry_delay) (schema v0.20.0): the database changes nothing unless that attempt is the task's current, started
+// attempt. permanent fails the task without retry (the step's when_exhausted policy applies). retryDelay, when not
+// nil, replaces the step's backoff for the retry (if one remains): it is sent in whole seconds, rounded up (never
+// earlier than asked), negative as 0, at most math.MaxInt32; the database records when the retry becomes visible in
+// step_tasks.retry_at. fail_task returns the task row as it
 // is afterwards, which cannot tell "queued again by this call" from "requeued by stalled-task recovery before this
 // call", so the same round trip (one implicit transaction) first reads the task under the lock of its run row,
 // which every state change but recovery's takes first, and the outcome compares both:
 // recorded when the task was started at ref.Attempt before and fail_task moved it on without a recovery in
 // between; stale when another attempt is current or recovery took the task back; ignored otherwise.
-func FailTaskAt(ctx context.Context, db Batcher, ref TaskRef, errorMessage string, permanent bool) (FailedTask, error) {
+func FailTaskAt(ctx context.Context, db Batcher, ref TaskRef, errorMessage string, permanent bool, retryDelay *time.Duration) (FailedTask, error) {
 	type taskState struct {
 		status             string
 		attempts, requeued int
@@ -379,10 +383,19 @@ func FailTaskAt(ctx context.Context, db Batcher, ref TaskRef, errorMessage strin
 		})
 		return err
 	})
-	b.Queue(`select t.status, t.attempts_count, t.requeued_count, t.permanently_stalled_at is not null
+	// Without a retry delay the call leaves retry_delay out (its default, the step's backoff).
+	failSQL := `select t.status, t.attempts_count, t.requeued_count, t.permanently_stalled_at is not null
 	           from pgflow.fail_task(run_id => $1::uuid, step_slug => $2::text, task_index => $3::integer,
-	                                 error_message => $4::text, attempt => $5::integer, permanent => $6::boolean) as t`,
-		ref.RunID, ref.StepSlug, ref.TaskIndex, errorMessage, ref.Attempt, permanent).Query(func(rows pgx.Rows) error {
+	                                 error_message => $4::text, attempt => $5::integer, permanent => $6::boolean) as t`
+	args := []any{ref.RunID, ref.StepSlug, ref.TaskIndex, errorMessage, ref.Attempt, permanent}
+	if s := delaySeconds(retryDelay); s != nil {
+		failSQL = `select t.status, t.attempts_count, t.requeued_count, t.permanently_stalled_at is not null
+	           from pgflow.fail_task(run_id => $1::uuid, step_slug => $2::text, task_index => $3::integer,
+	                                 error_message => $4::text, attempt => $5::integer, permanent => $6::boolean,
+	                                 retry_delay => $7::integer) as t`
+		args = append(args, *s)
+	}
+	b.Queue(failSQL, args...).Query(func(rows pgx.Rows) error {
 		_, err := pgx.ForEachRow(rows, []any{&after.status, &after.attempts, &after.requeued, &after.permanentlyStalled}, func() error {
 			haveAfter = true
 			return nil
@@ -390,8 +403,12 @@ func FailTaskAt(ctx context.Context, db Batcher, ref TaskRef, errorMessage strin
 		return err
 	})
 	if err := db.SendBatch(ctx, &b).Close(); err != nil {
-		return FailedTask{}, fmt.Errorf("pgflow.fail_task(run %s, step %q, task %d, attempt %d, permanent %t): %w",
-			ref.RunID, ref.StepSlug, ref.TaskIndex, ref.Attempt, permanent, err)
+		delay := "default"
+		if s := delaySeconds(retryDelay); s != nil {
+			delay = fmt.Sprintf("%ds", *s)
+		}
+		return FailedTask{}, fmt.Errorf("pgflow.fail_task(run %s, step %q, task %d, attempt %d, permanent %t, retry delay %s): %w",
+			ref.RunID, ref.StepSlug, ref.TaskIndex, ref.Attempt, permanent, delay, err)
 	}
 	if !haveBefore || !haveAfter {
 		return FailedTask{Outcome: OutcomeUnknown}, nil
@@ -407,6 +424,23 @@ func FailTaskAt(ctx context.Context, db Batcher, ref TaskRef, errorMessage strin
 		res.Outcome = OutcomeIgnored
 	}
 	return res, nil
+}
+
+// delaySeconds is fail_task's retry_delay for d: nil (the step's backoff) when d is nil, else whole seconds
+// rounded up, within [0, math.MaxInt32].
+func delaySeconds(d *time.Duration) *int32 {
+	if d == nil {
+		return nil
+	}
+	var s int32
+	switch {
+	case *d <= 0:
+	case *d >= time.Duration(math.MaxInt32)*time.Second:
+		s = math.MaxInt32
+	default:
+		s = int32((*d + time.Second - 1) / time.Second)
+	}
+	return &s
 }
 
 // ReleaseTasks puts tasks interrupted by a worker's shutdown back into their queue with
