@@ -41,6 +41,9 @@ const (
 	maxErrorMessageLen = 32 << 10
 )
 
+// TaskCancelled is the status of a task whose run was cancelled (schema v0.20.0): a report about it is fenced.
+const TaskCancelled = "cancelled"
+
 // DB is what the completer needs of the database: queries and batches (a *pgxpool.Pool).
 type DB interface {
 	sqlapi.DBTX
@@ -285,6 +288,10 @@ func (c *Completer) completionOutcome(log *slog.Logger, meta taskrun.Meta, done 
 		c.Stale(log, meta, observe.StaleSuperseded, nil, 0)
 		return observe.Stale
 	default:
+		if done.Status == TaskCancelled {
+			log.Info("run cancelled: the task's result changes nothing", "outcome", done.Outcome)
+			return observe.Cancelled
+		}
 		log.Info("task result not recorded: the task is no longer running (its run failed or its step finished)",
 			"status", done.Status, "outcome", done.Outcome)
 		return observe.NotRecorded
@@ -316,6 +323,9 @@ func (c *Completer) fail(log *slog.Logger, meta taskrun.Meta, msg string, perman
 	case failed.Outcome == sqlapi.OutcomeStale:
 		c.Stale(log, meta, observe.StaleSuperseded, errors.New(msg), failed.CurrentAttempt)
 		return observe.Stale
+	case failed.Outcome != sqlapi.OutcomeRecorded && failed.Status == TaskCancelled:
+		log.Info("run cancelled: the task's failure changes nothing", "outcome", failed.Outcome)
+		return observe.Cancelled
 	case failed.Outcome != sqlapi.OutcomeRecorded:
 		log.Info("task failure not recorded: the task is no longer running (its run failed or its step finished)",
 			"status", failed.Status, "outcome", failed.Outcome)

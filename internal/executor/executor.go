@@ -69,14 +69,21 @@ type Config struct {
 
 // Executor runs claimed tasks. It is safe for concurrent use.
 type Executor struct {
-	cfg    Config
-	inputs *runInputCache
+	cfg     Config
+	inputs  *runInputCache
+	running *runRegistry
 }
 
 // New returns an Executor.
 func New(cfg Config) *Executor {
-	return &Executor{cfg: cfg, inputs: newRunInputCache(runInputCacheSize)}
+	return &Executor{cfg: cfg, inputs: newRunInputCache(runInputCacheSize), running: newRunRegistry()}
 }
+
+// CancelRun cancels the context of every running handler of run runID, with a *taskrun.RunCancelledError as its
+// cause, and of the handlers of that run that start within the next minute (a claim that raced the cancel). The
+// poller calls it for a queue notification {"cancel_run": "<run id>"} (sent by pgflow.cancel_run). It returns how
+// many running handlers it cancelled. The handlers' results are still reported: the database fences them.
+func (e *Executor) CancelRun(runID string) int { return e.running.cancel(runID) }
 
 // handlerResult is what a handler returned, and when.
 type handlerResult struct {
@@ -123,8 +130,13 @@ func (e *Executor) Run(t Task) {
 	deadline := t.ClaimedAt.Add(timeout)
 	timedOut := &taskrun.TimeoutError{Step: t.StepSlug, TaskIndex: t.TaskIndex, MapStep: step.Map,
 		Timeout: timeout, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts}
-	hctx, cancel := context.WithDeadlineCause(ctx, deadline, timedOut)
+	// dctx carries the deadline and is what the executor watches; the handler's hctx may also be cancelled on
+	// its own when the task's run is cancelled (the handler is then waited for, up to its deadline).
+	dctx, cancel := context.WithDeadlineCause(ctx, deadline, timedOut)
 	defer cancel()
+	hctx, cancelRun := context.WithCancelCause(dctx)
+	defer cancelRun(nil)
+	defer e.running.add(t.RunID, cancelRun)()
 
 	log.Debug("task started", "timeout", timeout)
 	start := time.Now()
@@ -137,8 +149,8 @@ func (e *Executor) Run(t Task) {
 	var res handlerResult
 	select {
 	case res = <-done:
-	case <-hctx.Done():
-		if context.Cause(hctx) == error(timedOut) {
+	case <-dctx.Done():
+		if context.Cause(dctx) == error(timedOut) {
 			select {
 			case res = <-done: // returned at the deadline: handled below
 			default:
@@ -151,7 +163,7 @@ func (e *Executor) Run(t Task) {
 		select {
 		case res = <-done:
 		case <-e.cfg.GiveUp:
-			e.cfg.Observer.HandlerDone(ctx, meta, time.Since(start), context.Cause(hctx))
+			e.cfg.Observer.HandlerDone(ctx, meta, time.Since(start), context.Cause(dctx))
 			finish(e.cfg.Completer.Release(log, meta, "its handler ignored the cancellation of its context"))
 			return
 		}
@@ -175,12 +187,15 @@ func (e *Executor) Run(t Task) {
 		finish(e.cfg.Completer.Complete(log, meta, res.out))
 		return
 	}
+	runCancelled := errors.Is(context.Cause(hctx), taskrun.ErrRunCancelled) && !errors.Is(err, taskrun.ErrStepTimeout)
 	permanent := taskrun.Permanent(err)
 	retryDelay, retryAfter := handlerRetryDelay(err, permanent)
 	if p, ok := taskrun.AsPanic(err); ok {
 		log.Error("handler panicked", "panic", fmt.Sprint(p.PanicValue()), "stack", string(p.PanicStack()), "duration", elapsed)
 	} else {
 		switch {
+		case runCancelled:
+			log.Info("handler stopped: its run was cancelled", "error", err.Error(), "duration", elapsed)
 		case errors.Is(err, taskrun.ErrStepTimeout):
 			log.Warn("task timed out", "error", err.Error(), "timeout", timeout, "duration", elapsed)
 		case permanent:
@@ -310,4 +325,65 @@ func (c *runInputCache) insertLocked(e *inputEntry) {
 		delete(c.entries, oldest.Value.(*inputEntry).runID)
 	}
 	c.entries[e.runID] = c.order.PushFront(e)
+}
+
+// cancelMemory is how long a cancelled run id is remembered, so a handler of that run that starts just after the
+// notification (its claim raced the cancel) is cancelled too.
+const cancelMemory = time.Minute
+
+// runRegistry maps run ids to the cancel functions of their running handlers.
+type runRegistry struct {
+	mu        sync.Mutex
+	next      uint64
+	byRun     map[string]map[uint64]context.CancelCauseFunc
+	cancelled map[string]time.Time // recently cancelled runs, by when
+}
+
+func newRunRegistry() *runRegistry {
+	return &runRegistry{byRun: map[string]map[uint64]context.CancelCauseFunc{}, cancelled: map[string]time.Time{}}
+}
+
+// add registers a running handler of runID and returns the function that removes it. A handler of a run
+// cancelled within cancelMemory is cancelled at once.
+func (r *runRegistry) add(runID string, cancel context.CancelCauseFunc) (remove func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if at, ok := r.cancelled[runID]; ok && time.Since(at) < cancelMemory {
+		cancel(&taskrun.RunCancelledError{RunID: runID})
+	}
+	r.next++
+	id := r.next
+	set := r.byRun[runID]
+	if set == nil {
+		set = map[uint64]context.CancelCauseFunc{}
+		r.byRun[runID] = set
+	}
+	set[id] = cancel
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		cur := r.byRun[runID]
+		delete(cur, id)
+		if len(cur) == 0 {
+			delete(r.byRun, runID)
+		}
+	}
+}
+
+// cancel cancels the running handlers of runID and remembers the run for cancelMemory.
+func (r *runRegistry) cancel(runID string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	for id, at := range r.cancelled {
+		if now.Sub(at) >= cancelMemory {
+			delete(r.cancelled, id)
+		}
+	}
+	r.cancelled[runID] = now
+	set := r.byRun[runID]
+	for _, cancel := range set {
+		cancel(&taskrun.RunCancelledError{RunID: runID})
+	}
+	return len(set)
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgflow-go/pgflow/internal/taskrun"
 )
 
 func TestRunInputCacheSharesLoadsAndIsBounded(t *testing.T) {
@@ -74,4 +76,28 @@ func (c *runInputCache) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.entries)
+}
+
+func TestRunRegistryCancelsTheRunsHandlersOnly(t *testing.T) {
+	t.Parallel()
+	r := newRunRegistry()
+	a1, cancelA1 := context.WithCancelCause(context.Background())
+	a2, cancelA2 := context.WithCancelCause(context.Background())
+	b, cancelB := context.WithCancelCause(context.Background())
+	removeA1 := r.add("a", cancelA1)
+	r.add("a", cancelA2)
+	r.add("b", cancelB)
+	removeA1()
+	require.Equal(t, 1, r.cancel("a"), "a removed handler is not counted")
+	require.NoError(t, a1.Err())
+	var rce *taskrun.RunCancelledError
+	require.ErrorAs(t, context.Cause(a2), &rce)
+	require.Equal(t, "a", rce.RunID)
+	require.ErrorIs(t, context.Cause(a2), taskrun.ErrRunCancelled)
+	require.NoError(t, b.Err())
+
+	// A handler of the run that starts after the cancel (its claim raced it) is cancelled at once.
+	late, cancelLate := context.WithCancelCause(context.Background())
+	r.add("a", cancelLate)
+	require.ErrorIs(t, context.Cause(late), taskrun.ErrRunCancelled)
 }
