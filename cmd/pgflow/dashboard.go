@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/pgflow-go/pgflow"
 	"github.com/pgflow-go/pgflow/internal/dashboard"
 )
 
@@ -21,16 +22,21 @@ const dashboardTokenEnv = "PGFLOW_DASHBOARD_TOKEN"
 
 func newDashboardCmd(g *globalOptions) *cobra.Command {
 	var listen, token, metricsListen string
+	var readOnlyFlag bool
 	var allowedHosts []string
 	var staleAfter time.Duration
 	cmd := &cobra.Command{
 		Use:   "dashboard",
-		Short: "Serve a read-only web UI of flows, runs and workers",
+		Short: "Serve a web UI of flows, runs and workers (read-only unless a token is set)",
 		Long: `Serve the pgflow dashboard: flows with their step graphs, runs (filtered, paginated, live), each run's
 graph coloured by step status with a timeline, inputs, outputs and tasks, and the workers.
 
 The run page and the run list update without reloading, fed by the engine's LISTEN/NOTIFY events. The
-dashboard only reads: its database sessions run with default_transaction_read_only on.
+pages only read: their database sessions run with default_transaction_read_only on.
+
+With a token (and without --read-only), the run page also offers Cancel, Retry and "Retry as new run": each
+button leads to a confirmation page whose form POSTs with a CSRF token derived from the token; the action runs
+through its own small writable connection pool. Without a token the dashboard is read-only.
 
 It listens on 127.0.0.1:8080 by default. To listen on any other interface it needs a token (--auth-token or
 $` + dashboardTokenEnv + `); with a token, every request must carry it, as "Authorization: Bearer <token>" or
@@ -68,7 +74,8 @@ workers, read from the database at each scrape (docs/observability.md). The same
 			}
 			return runDashboard(cmd.Context(), dashboardOptions{
 				url: url, listen: listen, token: token, allowedHosts: hosts, staleAfter: staleAfter,
-				log: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
+				actions: token != "" && !readOnlyFlag,
+				log:     slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
 				ready: func(addr string) {
 					fmt.Fprintf(cmd.OutOrStdout(), "pgflow dashboard on http://%s/\n", addr)
 				},
@@ -87,6 +94,7 @@ workers, read from the database at each scrape (docs/observability.md). The same
 		"without a token, also serve requests for this host name besides localhost/127.0.0.1/[::1] (repeatable)")
 	cmd.Flags().DurationVar(&staleAfter, "stale-after", 30*time.Second,
 		"a running worker without a heartbeat for longer is shown as unresponsive")
+	cmd.Flags().BoolVar(&readOnlyFlag, "read-only", false, "no run actions (cancel, retry), also with a token")
 	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "",
 		"also serve Prometheus metrics at http://ADDR/metrics (host:port; default: off)")
 	return cmd
@@ -96,6 +104,7 @@ type dashboardOptions struct {
 	url, listen, token string
 	allowedHosts       []string // normalized with dashboard.NormalizeAllowedHosts
 	staleAfter         time.Duration
+	actions            bool // offer cancel and retry (needs token)
 	log                *slog.Logger
 	ready              func(addr string)
 	metricsListen      string            // serve /metrics there too (empty: off)
@@ -123,8 +132,31 @@ func runDashboard(ctx context.Context, o dashboardOptions) error {
 		return fmt.Errorf("connect to %s:%d/%s: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
 	}
 
-	dash, err := dashboard.New(dashboard.Config{Pool: pool, Token: o.token, AllowedHosts: o.allowedHosts,
-		Logger: o.log, StaleAfter: o.staleAfter})
+	dcfg := dashboard.Config{Pool: pool, Token: o.token, AllowedHosts: o.allowedHosts, Logger: o.log,
+		StaleAfter: o.staleAfter}
+	if o.actions {
+		// The actions write: their own pool, without default_transaction_read_only.
+		wcfg, err := pgxpool.ParseConfig(o.url)
+		if err != nil {
+			return fmt.Errorf("bad --database-url: %w", err)
+		}
+		wcfg.MaxConns = 2
+		if wcfg.ConnConfig.RuntimeParams["application_name"] == "" {
+			wcfg.ConnConfig.RuntimeParams["application_name"] = "pgflow-dashboard-actions"
+		}
+		wpool, err := pgxpool.NewWithConfig(ctx, wcfg)
+		if err != nil {
+			return fmt.Errorf("connect to %s:%d/%s: %w", wcfg.ConnConfig.Host, wcfg.ConnConfig.Port, wcfg.ConnConfig.Database, err)
+		}
+		defer wpool.Close()
+		client, err := pgflow.NewClient(wpool, &pgflow.ClientConfig{Logger: o.log})
+		if err != nil {
+			return err
+		}
+		defer client.Close()
+		dcfg.Actions = client
+	}
+	dash, err := dashboard.New(dcfg)
 	if err != nil {
 		return err
 	}

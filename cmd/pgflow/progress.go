@@ -38,6 +38,8 @@ type progressView struct {
 	drawn     int                   // ansi: lines drawn last time
 	seen      map[string]*plainStep // plain: what was reported per step
 	announced bool
+	warnings  []healthNote    // ansi: the warnings drawn under the steps
+	warned    map[string]bool // plain: the warnings printed and still current
 }
 
 // plainStep is what the plain view has reported about one step. A step moves through its states in one
@@ -51,7 +53,8 @@ type plainStep struct {
 }
 
 func newProgressView(w io.Writer, ansi bool) *progressView {
-	return &progressView{w: w, ansi: ansi, color: ansi && os.Getenv("NO_COLOR") == "", seen: map[string]*plainStep{}}
+	return &progressView{w: w, ansi: ansi, color: ansi && os.Getenv("NO_COLOR") == "", seen: map[string]*plainStep{},
+		warned: map[string]bool{}}
 }
 
 // update shows a new snapshot of the run. The plain view prints one line per transition since the previous
@@ -122,7 +125,11 @@ func (p *progressView) plainLines(s sqlapi.StepDetail, seen *plainStep) []string
 		lines = append(lines, fmt.Sprintf("%s completed in %s", s.StepSlug, stepTime(s)))
 	case "skipped":
 		seen.ended = "skipped"
-		lines = append(lines, fmt.Sprintf("%s skipped (%s)", s.StepSlug, deref(s.SkipReason)))
+		if nr := notRun(s); nr != "" {
+			lines = append(lines, s.StepSlug+" "+nr)
+		} else {
+			lines = append(lines, fmt.Sprintf("%s skipped (%s)", s.StepSlug, deref(s.SkipReason)))
+		}
 	case "failed":
 		seen.ended = "failed"
 		lines = append(lines, fmt.Sprintf("%s failed: %s", s.StepSlug, oneLine(deref(s.ErrorMessage), 200)))
@@ -192,12 +199,18 @@ func (p *progressView) redraw() {
 			}
 		case "skipped":
 			detail = deref(s.SkipReason)
+			if nr := notRun(s); nr != "" {
+				detail = nr
+			}
 		case "failed":
 			detail = oneLine(deref(s.ErrorMessage), 70)
 		default:
 			detail = stepDetail(s, sqlapi.TaskSummary{})
 		}
 		lines = append(lines, fmt.Sprintf("  %s%s %-*s  %-9s%s  %s", p.c(color), icon, width, s.StepSlug, s.Status, p.c(ansiReset), detail))
+	}
+	for _, n := range p.warnings {
+		lines = append(lines, fmt.Sprintf("  %s! %s%s", p.c(ansiYellow), n.Text, p.c(ansiReset)))
 	}
 	for _, l := range lines {
 		b.WriteString("\x1b[2K") // clear the line
@@ -212,7 +225,7 @@ func (p *progressView) runLine(run sqlapi.RunRow) string {
 	switch run.Status {
 	case "completed":
 		return p.c(ansiGreen) + runStatusText(run) + p.c(ansiReset)
-	case "failed":
+	case "failed", "cancelled":
 		return p.c(ansiRed) + runStatusText(run) + p.c(ansiReset)
 	default:
 		return fmt.Sprintf("%s%s%s %s", p.c(ansiYellow), run.Status, p.c(ansiReset), formatDuration(time.Since(run.StartedAt)))
@@ -233,13 +246,41 @@ func (p *progressView) finish(run *sqlapi.RunDetail) {
 				fmt.Fprintf(p.w, "step %s failed: %s\n", s.StepSlug, deref(s.ErrorMessage))
 			}
 		}
+	case "cancelled":
+		fmt.Fprintln(p.w, runError(run))
 	}
+}
+
+// warn shows what the run waits on that needs attention. The plain view prints each warning once, when it
+// appears, and says when the warnings are gone; the terminal view shows the current ones under the steps.
+func (p *progressView) warn(notes []healthNote) {
+	if p.ansi {
+		p.warnings = notes
+		if p.last != nil {
+			p.redraw()
+		}
+		return
+	}
+	now := map[string]bool{}
+	for _, n := range notes {
+		now[n.Text] = true
+		if !p.warned[n.Text] {
+			fmt.Fprintf(p.w, "  warning: %s\n", n.Text)
+		}
+	}
+	if len(notes) == 0 && len(p.warned) > 0 {
+		fmt.Fprintln(p.w, "  (the run no longer waits on anything unattended)")
+	}
+	p.warned = now
 }
 
 // watchRun follows a run until it is completed or failed, drawing each change on view, and returns its final
 // state. It listens for the run's events (client) and re-reads the run (db) on each burst of them, and also every
 // poll interval, so it ends even if events cannot be delivered. Until the listener is ready (or if it never becomes
 // ready, e.g. when no extra connection can be opened) it relies on the poll alone.
+//
+// Each read also checks (at most once per poll interval) what the run waits on that will not come by itself — no
+// alive worker on a queue, a task waiting for stalled-task recovery — and shows it on view (view.warn).
 func watchRun(ctx context.Context, client *pgflow.Client, db sqlapi.DBTX, runID string, view *progressView, poll time.Duration) (*sqlapi.RunDetail, error) {
 	if _, err := readRun(ctx, db, runID, false); err != nil { // a clear error for unknown ids before subscribing
 		return nil, err
@@ -254,6 +295,7 @@ func watchRun(ctx context.Context, client *pgflow.Client, db sqlapi.DBTX, runID 
 	}()
 	var events <-chan pgflow.Event
 
+	var lastHealth time.Time
 	pollTicker := time.NewTicker(poll)
 	defer pollTicker.Stop()
 	var redraw <-chan time.Time
@@ -271,8 +313,18 @@ func watchRun(ctx context.Context, client *pgflow.Client, db sqlapi.DBTX, runID 
 			return nil, err
 		}
 		view.update(run)
-		if run.Run.Status == "completed" || run.Run.Status == "failed" {
+		if runTerminal(run.Run.Status) {
 			return run, nil
+		}
+		if time.Since(lastHealth) >= poll {
+			lastHealth = time.Now()
+			notes, err := runHealth(ctx, client, run)
+			if err != nil && ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if err == nil { // a failed check only costs the warning
+				view.warn(notes)
+			}
 		}
 	wait:
 		for {

@@ -23,6 +23,8 @@ type runView struct {
 	// echoLimit, when positive, leaves an input longer than this many bytes out of the --json document (runs
 	// start: the caller has the input; echoing 50 MB back helps no one). The text view always shows a preview.
 	echoLimit int
+	// notes are what the started run waits on that needs attention (runHealth); shown after the step table.
+	notes []healthNote
 }
 
 // Input echo limits: the text view shows at most inputPreviewChars characters of a run's input; runs start
@@ -94,8 +96,16 @@ func readRun(ctx context.Context, db sqlapi.DBTX, runID string, withTasks bool) 
 	return d, nil
 }
 
-// runError names each failed step of a failed run with its message; "" for a run that did not fail.
+// runError names each failed step of a failed run with its message, or says that the run was cancelled and
+// why; "" for a run that neither failed nor was cancelled.
 func runError(d *sqlapi.RunDetail) string {
+	if d.Run.Status == "cancelled" {
+		msg := fmt.Sprintf("run %s of flow %q was cancelled", d.Run.RunID, d.Run.FlowSlug)
+		if _, reason := runCancel(d.Run); deref(reason) != "" {
+			msg += ": " + *reason
+		}
+		return msg
+	}
 	if d.Run.Status != "failed" {
 		return ""
 	}
@@ -139,7 +149,12 @@ type runJSON struct {
 	StartedAt      time.Time       `json:"started_at"`
 	CompletedAt    *time.Time      `json:"completed_at"`
 	FailedAt       *time.Time      `json:"failed_at"`
+	CancelledAt    *time.Time      `json:"cancelled_at"`
+	CancelReason   *string         `json:"cancel_reason"`
 	Steps          []stepJSON      `json:"steps"`
+	// Warnings say what a started run waits on that will not come by itself (no alive worker on a queue, a task
+	// waiting for stalled-task recovery); left out when there is none.
+	Warnings []healthNote `json:"warnings,omitempty"`
 }
 
 type stepJSON struct {
@@ -198,6 +213,11 @@ func (v *runView) document(withTasks bool) runJSON {
 		RunID: r.RunID, FlowSlug: r.FlowSlug, Status: r.Status, Input: r.Input, Output: completedOutput(r.Status, r.Output),
 		Error: strPtr(runError(v.run)), RemainingSteps: r.RemainingSteps, StartedAt: r.StartedAt,
 		CompletedAt: r.CompletedAt, FailedAt: r.FailedAt, Steps: make([]stepJSON, 0, len(v.run.Steps)),
+		Warnings: v.notes,
+	}
+	doc.CancelledAt, doc.CancelReason = runCancel(r)
+	if doc.CancelReason != nil && *doc.CancelReason == "" {
+		doc.CancelReason = nil
 	}
 	if v.echoLimit > 0 && len(r.Input) > v.echoLimit {
 		n := len(r.Input)
@@ -258,6 +278,15 @@ func (v *runView) writeText(w io.Writer, withTasks bool) {
 			fmt.Fprintf(w, "\nstep %s %s: %s\n", s.StepSlug, s.Status, msg)
 		}
 	}
+	if r.Status == "cancelled" {
+		fmt.Fprintf(w, "\n%s\n", runError(v.run))
+	}
+	for i, n := range v.notes {
+		if i == 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "warning: %s\n", n.Text)
+	}
 
 	var tasks []sqlapi.Task
 	for _, s := range v.run.Steps {
@@ -295,6 +324,11 @@ func runStatusText(r sqlapi.RunRow) string {
 		return "completed in " + formatDuration(r.CompletedAt.Sub(r.StartedAt))
 	case r.Status == "failed" && r.FailedAt != nil:
 		return "failed after " + formatDuration(r.FailedAt.Sub(r.StartedAt))
+	case r.Status == "cancelled":
+		if at, _ := runCancel(r); at != nil {
+			return "cancelled after " + formatDuration(at.Sub(r.StartedAt))
+		}
+		return "cancelled"
 	default:
 		return fmt.Sprintf("%s (%d steps left)", r.Status, r.RemainingSteps)
 	}
@@ -352,6 +386,9 @@ func stepDetail(s sqlapi.StepDetail, sum sqlapi.TaskSummary) string {
 	case "completed":
 		return compactJSON(completedOutput(s.Status, s.Output))
 	case "skipped":
+		if nr := notRun(s); nr != "" {
+			return nr
+		}
 		if msg := deref(s.ErrorMessage); msg != "" {
 			return deref(s.SkipReason) + ": " + msg
 		}
@@ -369,4 +406,29 @@ func stepDetail(s sqlapi.StepDetail, sum sqlapi.TaskSummary) string {
 		}
 		return ""
 	}
+}
+
+// notRun is "not run (run failed)" or "not run (run cancelled)" for a step skipped because its run ended
+// before it ran; "" otherwise.
+func notRun(s sqlapi.StepDetail) string {
+	if s.Status != "skipped" {
+		return ""
+	}
+	switch deref(s.SkipReason) {
+	case "run_failed":
+		return "not run (run failed)"
+	case "run_cancelled":
+		return "not run (run cancelled)"
+	}
+	return ""
+}
+
+// runTerminal reports whether a run status is final (completed, failed or cancelled).
+func runTerminal(status string) bool {
+	return status == "completed" || status == "failed" || status == "cancelled"
+}
+
+// runCancel returns when and why the run was cancelled (nil when it was not, or no reason was given).
+func runCancel(r sqlapi.RunRow) (*time.Time, *string) {
+	return r.CancelledAt, r.CancelReason
 }

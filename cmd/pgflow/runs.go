@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -19,16 +20,22 @@ import (
 func newRunsCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "runs",
-		Short: "Start, show and watch runs of flows",
-		Long: `Start a run of a flow, show a run with the state of each of its steps, or follow a run live.
+		Short: "Start, list, show, watch, cancel and retry runs of flows",
+		Long: `Start a run of a flow, list runs, show a run with the state of each of its steps, follow a run live,
+cancel a run, or retry a failed or cancelled one.
 
-A run is one execution of a flow with one JSON input. Workers execute its steps; these commands only start and
-read runs, so a run started here progresses only while a worker of its flow is running.`,
+A run is one execution of a flow with one JSON input. Workers execute its steps; these commands only start,
+read and control runs, so a run started here progresses only while a worker of its flow is running (runs start
+--wait, runs watch and runs show say when none is).`,
 		Example: `  pgflow runs start greet --input '{"names": ["ada", "linus"]}' --wait
+  pgflow runs list --status failed
   pgflow runs show 0f8fad5b-d9cb-469f-a165-70867728950e
-  pgflow runs watch 0f8fad5b-d9cb-469f-a165-70867728950e`,
+  pgflow runs watch 0f8fad5b-d9cb-469f-a165-70867728950e
+  pgflow runs cancel 0f8fad5b-d9cb-469f-a165-70867728950e --reason "wrong input"
+  pgflow runs retry 0f8fad5b-d9cb-469f-a165-70867728950e`,
 	}
-	cmd.AddCommand(newRunsStartCmd(g), newRunsShowCmd(g), newRunsWatchCmd(g))
+	cmd.AddCommand(newRunsStartCmd(g), newRunsListCmd(g), newRunsShowCmd(g), newRunsWatchCmd(g),
+		newRunsCancelCmd(g), newRunsRetryCmd(g))
 	return cmd
 }
 
@@ -47,7 +54,9 @@ func openClientSession(ctx context.Context, g *globalOptions) (*clientSession, e
 	if err != nil {
 		return nil, err
 	}
-	client, err := pgflow.NewClient(pool, &pgflow.ClientConfig{PollInterval: time.Second})
+	// WaitRun's own warnings are left to the commands, which print them as sentences (waitRunWarning).
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	client, err := pgflow.NewClient(pool, &pgflow.ClientConfig{PollInterval: time.Second, Logger: logger})
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -73,8 +82,10 @@ func newRunsStartCmd(g *globalOptions) *cobra.Command {
 must exist in the database: a worker compiles its flow when it starts ('pgflow flows' lists them).
 
 With --run-id the start is idempotent: if a run of FLOW with that id exists, it is shown instead of starting
-another one. With --wait the command waits until the run completed or failed (at most --timeout, if set), prints
-its final state and exits with status 1 if the run failed.
+another one. With --wait the command waits until the run completed, failed or was cancelled (at most --timeout,
+if set), prints its final state and exits with status 1 if the run failed or was cancelled. While it waits, it
+warns on standard error when no alive worker serves a queue the run waits on, or when a task waits for
+stalled-task recovery.
 
 --json prints the run as a JSON document (ids as strings; see 'pgflow runs show --help'). The input is not
 echoed back whole: the text shows at most its first 200 characters, and --json leaves an input of more than
@@ -117,7 +128,7 @@ echoed back whole: the text shows at most its first 200 characters, and --json l
 					wctx, cancel = context.WithTimeout(ctx, timeout)
 					defer cancel()
 				}
-				final, err := s.client.WaitRun(wctx, run.ID)
+				final, err := waitRunWarning(wctx, s, run.ID, cmd.ErrOrStderr())
 				if err != nil {
 					if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 						return fmt.Errorf("run %s still running after --timeout %s (follow it with 'pgflow runs watch %s')", run.ID, timeout, run.ID)
@@ -134,7 +145,7 @@ echoed back whole: the text shows at most its first 200 characters, and --json l
 			if err := printRun(cmd.OutOrStdout(), view, asJSON, false); err != nil {
 				return err
 			}
-			if wait && run.Status == pgflow.RunFailed {
+			if wait && (run.Status == pgflow.RunFailed || run.Status == pgflow.RunCancelled) {
 				return exitError{code: 1}
 			}
 			return nil
@@ -142,7 +153,7 @@ echoed back whole: the text shows at most its first 200 characters, and --json l
 	}
 	cmd.Flags().StringVar(&input, "input", "{}", "run input: JSON text, @FILE or - (standard input)")
 	cmd.Flags().StringVar(&runID, "run-id", "", "start the run with this id (a UUID); an existing run with this id is shown instead")
-	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the run completed or failed; exit status 1 if it failed")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the run ended; exit status 1 if it failed or was cancelled")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --wait: give up waiting after this long (0: no limit)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run as JSON")
 	return cmd
@@ -197,12 +208,15 @@ func newRunsShowCmd(g *globalOptions) *cobra.Command {
 		Short: "Show a run and the state of its steps",
 		Long: `Show one run: its status, input (at most its first 200 characters; --json has all of it) and output, and
 for every step its status, tasks (done/total), attempts, time and a detail (the output of a completed step,
-the reason a step was skipped, the error of a failed one, the last error of a step that is retrying, or what a
-waiting step waits for). Full error messages follow the table.
+the reason a step was skipped ("not run (run failed)" or "not run (run cancelled)" for a step its run ended
+before), the error of a failed one, the last error of a step that is retrying, or what a waiting step waits
+for). Full error messages follow the table, then warnings about a started run: a queue it waits on that no alive
+worker serves, a task that waits for stalled-task recovery because its worker stopped heartbeating.
 --tasks adds one line per task (status, attempts, PGMQ queue/message id, worker, error).
 
 --json prints a document with stable snake_case fields: run_id, flow_slug, status, input, output (null unless
-completed), error (failed runs), remaining_steps, started_at, completed_at, failed_at and steps[]: step_slug,
+completed), error (failed or cancelled runs), remaining_steps, started_at, completed_at, failed_at,
+cancelled_at, cancel_reason, warnings[] {kind, text, ...} (only when there is one) and steps[]: step_slug,
 step_type, status, remaining_deps, initial_tasks, remaining_tasks, tasks {total, queued, started, completed,
 failed, attempts_total, attempts_max, last_error}, output, error_message, skip_reason, created_at, started_at,
 completed_at, failed_at, skipped_at, and with --tasks task_list[] {task_index, status, attempts, queue_name, message_id,
@@ -222,7 +236,11 @@ error_message, worker_id, queued_at, started_at, completed_at, failed_at}. Ids (
 			if err != nil {
 				return err
 			}
-			return printRun(cmd.OutOrStdout(), &runView{run: d}, asJSON, withTasks)
+			notes, err := runHealth(ctx, s.client, d)
+			if err != nil {
+				return err
+			}
+			return printRun(cmd.OutOrStdout(), &runView{run: d, notes: notes}, asJSON, withTasks)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the run as JSON")
@@ -235,9 +253,10 @@ func newRunsWatchCmd(g *globalOptions) *cobra.Command {
 	var poll time.Duration
 	cmd := &cobra.Command{
 		Use:   "watch RUN_ID",
-		Short: "Follow a run live until it completes or fails",
-		Long: `Follow a run step by step until it completed or failed, then print its output (or the failed steps'
-errors). Exits with status 1 if the run failed.
+		Short: "Follow a run live until it ends",
+		Long: `Follow a run step by step until it completed, failed or was cancelled, then print its output (or the
+failed steps' errors, or the cancel reason). Exits with status 1 if the run failed or was cancelled. It warns
+when no alive worker serves a queue the run waits on, or when a task waits for stalled-task recovery.
 
 On a terminal the view is redrawn in place: one line per step with its status, map progress (done/total tasks)
 and time. Otherwise (a pipe, a file, or --plain) one line is appended per change. The command listens for the
@@ -263,7 +282,7 @@ delivered. A run that has already ended is printed at once.`,
 				return err
 			}
 			view.finish(final)
-			if final.Run.Status == "failed" {
+			if final.Run.Status == "failed" || final.Run.Status == "cancelled" {
 				return exitError{code: 1}
 			}
 			return nil
@@ -272,4 +291,49 @@ delivered. A run that has already ended is printed at once.`,
 	cmd.Flags().BoolVar(&plain, "plain", false, "append one line per change instead of redrawing, also on a terminal")
 	cmd.Flags().DurationVar(&poll, "poll-interval", time.Second, "re-read the run at least this often")
 	return cmd
+}
+
+// waitRunWarning waits for the run like Client.WaitRun and meanwhile checks what it waits on (runHealth): once
+// before waiting, then every healthCheckInterval; each new warning is written to warn once.
+func waitRunWarning(ctx context.Context, s *clientSession, runID string, warn io.Writer) (*pgflow.Run, error) {
+	warned := map[string]bool{}
+	check := func() {
+		d, err := readRun(ctx, s.pool, runID, false)
+		if err != nil {
+			return
+		}
+		notes, err := runHealth(ctx, s.client, d)
+		if err != nil {
+			return
+		}
+		now := map[string]bool{}
+		for _, n := range notes {
+			now[n.Text] = true
+			if !warned[n.Text] {
+				fmt.Fprintf(warn, "warning: run %s: %s\n", runID, n.Text)
+			}
+		}
+		warned = now
+	}
+	check()
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	defer func() {
+		cancel() // ends the checks
+		<-done
+	}()
+	go func() {
+		defer close(done)
+		t := time.NewTicker(healthCheckInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				check()
+			}
+		}
+	}()
+	return s.client.WaitRun(ctx, runID)
 }
