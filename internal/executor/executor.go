@@ -130,11 +130,11 @@ func (e *Executor) Run(t Task) {
 	deadline := t.ClaimedAt.Add(timeout)
 	timedOut := &taskrun.TimeoutError{Step: t.StepSlug, TaskIndex: t.TaskIndex, MapStep: step.Map,
 		Timeout: timeout, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts}
-	// dctx carries the deadline and is what the executor watches; the handler's hctx may also be cancelled on
-	// its own when the task's run is cancelled (the handler is then waited for, up to its deadline).
-	dctx, cancel := context.WithDeadlineCause(ctx, deadline, timedOut)
+	// hctx carries the deadline and is what the executor watches; the handler's handlerCtx may also be cancelled
+	// on its own when the task's run is cancelled (the handler is then waited for, up to its deadline).
+	hctx, cancel := context.WithDeadlineCause(ctx, deadline, timedOut)
 	defer cancel()
-	hctx, cancelRun := context.WithCancelCause(dctx)
+	handlerCtx, cancelRun := context.WithCancelCause(hctx)
 	defer cancelRun(nil)
 	defer e.running.add(t.RunID, cancelRun)()
 
@@ -142,15 +142,15 @@ func (e *Executor) Run(t Task) {
 	start := time.Now()
 	done := make(chan handlerResult, 1)
 	go func() {
-		out, err := step.Run(hctx, env)
+		out, err := step.Run(handlerCtx, env)
 		done <- handlerResult{out: out, err: err, finished: time.Now()}
 	}()
 
 	var res handlerResult
 	select {
 	case res = <-done:
-	case <-dctx.Done():
-		if context.Cause(dctx) == error(timedOut) {
+	case <-hctx.Done():
+		if context.Cause(hctx) == error(timedOut) {
 			select {
 			case res = <-done: // returned at the deadline: handled below
 			default:
@@ -163,7 +163,7 @@ func (e *Executor) Run(t Task) {
 		select {
 		case res = <-done:
 		case <-e.cfg.GiveUp:
-			e.cfg.Observer.HandlerDone(ctx, meta, time.Since(start), context.Cause(dctx))
+			e.cfg.Observer.HandlerDone(ctx, meta, time.Since(start), context.Cause(hctx))
 			finish(e.cfg.Completer.Release(log, meta, "its handler ignored the cancellation of its context"))
 			return
 		}
@@ -187,7 +187,7 @@ func (e *Executor) Run(t Task) {
 		finish(e.cfg.Completer.Complete(log, meta, res.out))
 		return
 	}
-	runCancelled := errors.Is(context.Cause(hctx), taskrun.ErrRunCancelled) && !errors.Is(err, taskrun.ErrStepTimeout)
+	runCancelled := errors.Is(context.Cause(handlerCtx), taskrun.ErrRunCancelled) && !errors.Is(err, taskrun.ErrStepTimeout)
 	permanent := taskrun.Permanent(err)
 	retryDelay, retryAfter := handlerRetryDelay(err, permanent)
 	if p, ok := taskrun.AsPanic(err); ok {
