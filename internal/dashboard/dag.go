@@ -14,6 +14,7 @@ type dagNode struct {
 	X, Y, W, H                float64
 	TX, TY                    float64 // label anchor
 	Title                     string
+	Counts                    string // run page, map steps: the task counts shown under the label
 }
 
 type dagEdge struct {

@@ -1,8 +1,10 @@
-// Package dashboard is pgflow's read-only web UI: server-rendered pages about flows, runs and workers, with the
-// run page and the run list kept current through server-sent events fed by the engine's LISTEN/NOTIFY channels.
+// Package dashboard is pgflow's web UI: server-rendered pages about flows, runs and workers, with the run page
+// and the run list kept current through server-sent events fed by the engine's LISTEN/NOTIFY channels.
 //
 // Everything is in the Go binary: html/template pages, embedded CSS and a small script. The pages read the
-// pgflow tables through internal/sqlapi and change nothing.
+// pgflow tables through internal/sqlapi and change nothing. It is read-only unless a token and Config.Actions
+// are set: then the run page offers cancel and retry (POST with a CSRF token, after a confirmation page),
+// performed through the public Client.
 package dashboard
 
 import (
@@ -13,11 +15,13 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgflow-go/pgflow"
 	"github.com/pgflow-go/pgflow/internal/notify"
 )
 
@@ -53,6 +57,10 @@ type Config struct {
 	// PingInterval is how often an idle event stream sends a comment to keep proxies from closing it.
 	// Default: 15s.
 	PingInterval time.Duration
+	// Actions, with Token, turns on the run page's Cancel, Retry and "Retry as new run" buttons, which call
+	// this client's CancelRun and RetryRun (so its pool must be writable). Without a token the dashboard stays
+	// read-only: New refuses Actions without Token.
+	Actions *pgflow.Client
 }
 
 // Server serves the dashboard. Create it with New, mount Handler, and Close it when done.
@@ -68,6 +76,9 @@ type Server struct {
 func New(cfg Config) (*Server, error) {
 	if cfg.Pool == nil {
 		return nil, errors.New("dashboard: Config.Pool is required")
+	}
+	if cfg.Actions != nil && cfg.Token == "" {
+		return nil, errors.New("dashboard: Config.Actions needs Config.Token: without a token the dashboard is read-only")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -131,10 +142,19 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /runs", s.handleRuns)
 	mux.HandleFunc("GET /runs/{id}", s.handleRun)
 	mux.HandleFunc("GET /runs/{id}/json", s.handleRunJSON)
+	mux.HandleFunc("GET /runs/{id}/confirm", s.handleConfirm)
+	for name := range actions {
+		mux.HandleFunc("POST /runs/{id}/"+name, s.handleAction(name))
+	}
 	mux.HandleFunc("GET /api/runs/{id}", s.handleRunAPI)
 	mux.HandleFunc("GET /workers", s.handleWorkers)
 	mux.HandleFunc("GET /events", s.handleEvents)
-	h := readOnly(s.requireToken(sameSiteRedirects(mux)))
+	h := s.requireToken(sameSiteRedirects(mux))
+	if !s.actionsEnabled() {
+		h = readOnly(h)
+	} else {
+		h = onlyActionPosts(h)
+	}
 	if s.cfg.Token == "" {
 		h = RequireKnownHost(s.cfg.AllowedHosts, h)
 	}
@@ -151,6 +171,34 @@ func readOnly(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// onlyActionPosts lets POSTs through to the run actions only (the handlers check the CSRF token); other
+// methods but GET and HEAD get 405.
+func onlyActionPosts(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && isActionPath(r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "only the run actions (POST /runs/<id>/cancel, retry, retry-fresh) change anything",
+				http.StatusMethodNotAllowed)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func isActionPath(p string) bool {
+	rest, ok := strings.CutPrefix(p, "/runs/")
+	if !ok {
+		return false
+	}
+	_, name, ok := strings.Cut(rest, "/")
+	_, known := actions[name]
+	return ok && known
 }
 
 // securityHeaders forbids inline scripts and styles, framing and referrers (a ?token= URL must not leak).

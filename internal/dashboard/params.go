@@ -19,7 +19,7 @@ const (
 	tasksPerStep    = 200
 )
 
-var runStatuses = []string{"started", "completed", "failed"}
+var runStatuses = []string{"started", "completed", "failed", "cancelled"}
 
 var uuidRE = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
@@ -31,6 +32,7 @@ type stepView struct {
 	Retries            int // attempts beyond the first, over all tasks
 	ErrorMessage       *string
 	SkipReason         *string
+	NotRun             string // "not run (run failed)" / "not run (run cancelled)" for a step its run ended before
 	InitialTasks       *int
 	RemainingTasks     *int
 	CreatedAt          time.Time
@@ -42,6 +44,7 @@ type stepView struct {
 	TasksShown         int
 	TasksTotal         int
 	TasksDone          int
+	TaskCounts         sqlapi.TaskSummary
 }
 
 type runPage struct {
@@ -58,6 +61,14 @@ type runPage struct {
 	EventsURL   string
 	FragmentURL string
 	APIURL      string
+	// Error is the run's error, shown at the top: the failed steps and their messages, or the cancellation.
+	Error string
+	// Remaining is "1 step remaining", "3 steps remaining".
+	Remaining string
+	// Actions: the buttons the run page offers (with a token and Config.Actions), and what was just done.
+	Actions                            bool
+	CanCancel, CanRetry, CanRetryFresh bool
+	Done                               string
 }
 
 func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
@@ -81,6 +92,15 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.fail(w, r, http.StatusInternalServerError, "cannot show run "+id, err)
 		return
+	}
+	if s.actionsEnabled() {
+		page.Actions = true
+		page.CanCancel = allowedFor("cancel", d.Run.Status)
+		page.CanRetry = allowedFor("retry", d.Run.Status)
+		page.CanRetryFresh = allowedFor("retry-fresh", d.Run.Status)
+		if a, ok := actions[r.URL.Query().Get("done")]; ok {
+			page.Done = a.Verb + ": done."
+		}
 	}
 	s.show(w, r, "run", page)
 }
@@ -110,10 +130,10 @@ func (s *Server) buildRunPage(d *sqlapi.RunDetail, now time.Time) (*runPage, err
 	if run.Status == "completed" {
 		page.Output = prettyJSON(nullRaw(run.Output), limit, jsonLink(id, sqlapi.JSONPart{Kind: "output"}))
 	}
-	page.EndedAt = run.CompletedAt
-	if page.EndedAt == nil {
-		page.EndedAt = run.FailedAt
-	}
+	page.EndedAt = runEnd(run)
+	page.Error = runErrorText(d)
+	page.Remaining = fmt.Sprintf("%d %s remaining", run.RemainingSteps, pluralWord(run.RemainingSteps, "step", "steps"))
+	page.Live = run.Status == "started"
 	end := now
 	if page.EndedAt != nil {
 		end = *page.EndedAt
@@ -135,7 +155,8 @@ func (s *Server) buildRunPage(d *sqlapi.RunDetail, now time.Time) (*runPage, err
 			MaxAttempts:  d.Flow.EffectiveMaxAttempts(def),
 			Attempts:     st.Tasks.AttemptsTotal,
 			Retries:      st.Tasks.Retries,
-			ErrorMessage: st.ErrorMessage, SkipReason: st.SkipReason,
+			ErrorMessage: st.ErrorMessage, SkipReason: st.SkipReason, NotRun: notRun(st.Status, st.SkipReason),
+			TaskCounts:   st.Tasks,
 			InitialTasks: st.InitialTasks, RemainingTasks: st.RemainingTasks,
 			CreatedAt: st.CreatedAt, StartedAt: st.StartedAt, EndedAt: stepEnd(st.StepStateRow),
 		}
@@ -195,9 +216,98 @@ func (s *Server) buildRunPage(d *sqlapi.RunDetail, now time.Time) (*runPage, err
 	if err != nil {
 		return nil, err
 	}
+	for i := range dag.Nodes {
+		n := &dag.Nodes[i]
+		if n.Type != "map" {
+			continue
+		}
+		for _, sv := range page.Steps {
+			if sv.Slug == n.Slug && sv.InitialTasks != nil {
+				n.Counts = mapCounts(sv)
+				n.Title += " · " + n.Counts
+			}
+		}
+	}
 	page.DAG = dag
 	page.Timeline = buildTimeline(run.StartedAt, end, page.Steps)
 	return page, nil
+}
+
+// mapCounts is a map step's task counts for its DAG node: "3/5 done", with failed or cancelled tasks when
+// there are some.
+func mapCounts(v stepView) string {
+	s := fmt.Sprintf("%d/%d done", v.TasksDone, v.TasksTotal)
+	if v.TaskCounts.Failed > 0 {
+		s += fmt.Sprintf(", %d failed", v.TaskCounts.Failed)
+	}
+	if v.TaskCounts.Started > 0 && v.Status == "started" {
+		s += fmt.Sprintf(", %d running", v.TaskCounts.Started)
+	}
+	return s
+}
+
+// notRun names a step its run ended before: skipped with reason run_failed or run_cancelled.
+func notRun(status string, reason *string) string {
+	if status != "skipped" || reason == nil {
+		return ""
+	}
+	switch *reason {
+	case "run_failed":
+		return "not run (run failed)"
+	case "run_cancelled":
+		return "not run (run cancelled)"
+	}
+	return ""
+}
+
+// runEnd is when the run ended (completed, failed or cancelled); nil while it is started.
+func runEnd(run sqlapi.RunRow) *time.Time {
+	switch {
+	case run.CompletedAt != nil:
+		return run.CompletedAt
+	case run.FailedAt != nil:
+		return run.FailedAt
+	}
+	if at, _ := runCancel(run); at != nil {
+		return at
+	}
+	return nil
+}
+
+// runCancel returns when and why the run was cancelled (nil when it was not, or no reason was given).
+func runCancel(run sqlapi.RunRow) (*time.Time, *string) {
+	return run.CancelledAt, run.CancelReason
+}
+
+// runErrorText is a failed run's failed steps with their messages, or a cancelled run's reason; "" otherwise.
+func runErrorText(d *sqlapi.RunDetail) string {
+	switch d.Run.Status {
+	case "cancelled":
+		msg := "The run was cancelled"
+		if _, reason := runCancel(d.Run); reason != nil && *reason != "" {
+			msg += ": " + *reason
+		}
+		return msg + "."
+	case "failed":
+		var parts []string
+		for _, st := range d.Steps {
+			if st.Status == "failed" {
+				parts = append(parts, fmt.Sprintf("step %s: %s", st.StepSlug, derefStr(st.ErrorMessage)))
+			}
+		}
+		if len(parts) == 0 {
+			return "The run failed."
+		}
+		return "The run failed: " + strings.Join(parts, "; ")
+	}
+	return ""
+}
+
+func pluralWord(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // nullRaw turns an absent document into nil and keeps JSON null as "null".

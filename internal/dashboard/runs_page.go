@@ -24,6 +24,8 @@ type runsPage struct {
 	Page, Pages  int
 	PageSize     int
 	First, Last  int64 // 1-based positions of the rows shown
+	Search       string // the run id searched for
+	SearchError  string // why the search found nothing
 	PrevURL      string
 	NextURL      string
 	EventsURL    string
@@ -34,8 +36,22 @@ func (s *Server) handleRuns(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	q := r.URL.Query()
 	flow, status := q.Get("flow"), q.Get("status")
+	search, searchErr := strings.TrimSpace(q.Get("run")), ""
+	if search != "" {
+		if id, ok := canonicalUUID(search); !ok {
+			searchErr = fmt.Sprintf("%q is not a run id (a UUID such as 0f8fad5b-d9cb-469f-a165-70867728950e)", search)
+		} else if found, err := sqlapi.GetRunWithStates(ctx, s.cfg.Pool, id); err != nil {
+			s.failRead(w, r, "run "+id, err)
+			return
+		} else if found == nil {
+			searchErr = "there is no run " + id
+		} else {
+			redirect(w, r, "/runs/"+id, "")
+			return
+		}
+	}
 	if status != "" && !contains(runStatuses, status) {
-		s.fail(w, r, http.StatusBadRequest, fmt.Sprintf("unknown run status %q (use started, completed or failed)", status), nil)
+		s.fail(w, r, http.StatusBadRequest, fmt.Sprintf("unknown run status %q (use started, completed, failed or cancelled)", status), nil)
 		return
 	}
 	pageNo, err := intParam(q, "page", 1, 1, maxPage)
@@ -68,7 +84,7 @@ func (s *Server) handleRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	page := runsPage{
 		base: base{Title: "Runs", Nav: "runs", Now: time.Now()},
-		Flow: flow, Status: status, Statuses: runStatuses,
+		Flow: flow, Status: status, Statuses: runStatuses, Search: search, SearchError: searchErr,
 		Runs: runs, Total: total, Page: pageNo, PageSize: size,
 		Pages: int((total + int64(size) - 1) / int64(size)),
 	}

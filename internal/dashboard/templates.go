@@ -19,7 +19,7 @@ type pages struct {
 	byName map[string]*template.Template
 }
 
-var pageNames = []string{"flows", "flow", "runs", "run", "workers", "error"}
+var pageNames = []string{"flows", "flow", "runs", "run", "workers", "error", "confirm"}
 
 func loadPages() (*pages, error) {
 	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")
@@ -75,6 +75,16 @@ var funcs = template.FuncMap{
 	"hasValue": func(p *string) bool { return p != nil && *p != "" },
 	"chars":    utf8.RuneCountInString,
 	"addf":     func(a, b float64) float64 { return a + b },
+	"ago":      formatAgo,
+}
+
+// formatAgo says how long before now t was: "12s ago", "3m05s ago"; "just now" under a second.
+func formatAgo(t, now time.Time) string {
+	d := now.Sub(t)
+	if d < time.Second {
+		return "just now"
+	}
+	return formatDur(d) + " ago"
 }
 
 func formatTS(t time.Time) string {

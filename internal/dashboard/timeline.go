@@ -16,6 +16,17 @@ type timelineBar struct {
 	Started      bool
 	Label        string
 	Title        string
+	Tasks        []timelineTask // map steps: one thin bar per task (the first timelineTasks of them)
+}
+
+// timelineTask is one task of a map step on the timeline: from its start (or queueing) to its end (or now), with
+// its retries.
+type timelineTask struct {
+	Step          string
+	Index, Status string
+	Y, X, W       float64
+	Retries       int
+	Title         string
 }
 
 type timelineTick struct {
@@ -35,6 +46,9 @@ const (
 	tlLabelWidth = 170.0
 	tlRow        = 26.0
 	tlTop        = 22.0
+	tlTaskRow    = 15.0
+	// timelineTasks is how many tasks of one map step the timeline draws.
+	timelineTasks = 20
 )
 
 // buildTimeline draws each step on a shared time axis from the run's start to its end (or now).
@@ -48,13 +62,15 @@ func buildTimeline(start, end time.Time, steps []stepView) timelineView {
 		f := float64(t.Sub(start)) / float64(span)
 		return tlLabelWidth + math.Max(0, math.Min(1, f))*plot
 	}
-	v := timelineView{Width: tlWidth, LabelWidth: tlLabelWidth, Height: tlTop + float64(len(steps))*tlRow + 8}
+	v := timelineView{Width: tlWidth, LabelWidth: tlLabelWidth}
 	for i := 0; i <= 4; i++ {
 		t := start.Add(span * time.Duration(i) / 4)
 		v.Ticks = append(v.Ticks, timelineTick{X: x(t), Label: "+" + formatDur(t.Sub(start))})
 	}
-	for i, st := range steps {
-		b := timelineBar{Slug: st.Slug, Status: st.Status, Y: tlTop + float64(i)*tlRow}
+	y := tlTop
+	for _, st := range steps {
+		b := timelineBar{Slug: st.Slug, Status: st.Status, Y: y}
+		y += tlRow
 		stop := end
 		if st.EndedAt != nil {
 			stop = *st.EndedAt
@@ -81,7 +97,38 @@ func buildTimeline(start, end time.Time, steps []stepView) timelineView {
 		if st.Attempts > 0 {
 			b.Title += fmt.Sprintf(", %d attempt(s)", st.Attempts)
 		}
+		if st.Retries > 0 {
+			b.Label += fmt.Sprintf(" ↻%d", st.Retries)
+			b.Title += fmt.Sprintf(", %d retr%s", st.Retries, map[bool]string{true: "y", false: "ies"}[st.Retries == 1])
+		}
+		if st.Type == "map" {
+			for i, t := range st.Tasks {
+				if i == timelineTasks {
+					break
+				}
+				from := t.QueuedAt
+				if t.StartedAt != nil {
+					from = *t.StartedAt
+				}
+				to := end
+				if t.EndedAt != nil {
+					to = *t.EndedAt
+				}
+				tt := timelineTask{Step: st.Slug, Index: fmt.Sprint(t.TaskIndex), Status: t.Status, Y: y,
+					X: x(from), W: math.Max(2, x(to)-x(from)), Retries: max(t.AttemptsCount-1, 0)}
+				tt.Title = fmt.Sprintf("%s #%d: %s, %d attempt(s)", st.Slug, t.TaskIndex, t.Status, t.AttemptsCount)
+				if t.StartedAt != nil {
+					tt.Title += fmt.Sprintf(", started +%s", formatDur(t.StartedAt.Sub(start)))
+				}
+				if t.EndedAt != nil {
+					tt.Title += fmt.Sprintf(", ended +%s", formatDur(t.EndedAt.Sub(start)))
+				}
+				b.Tasks = append(b.Tasks, tt)
+				y += tlTaskRow
+			}
+		}
 		v.Bars = append(v.Bars, b)
 	}
+	v.Height = y + 8
 	return v
 }
