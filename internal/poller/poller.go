@@ -19,10 +19,11 @@ import (
 )
 
 const (
-	// listenPollInterval bounds how long a listening poller waits for a notification before it reads its queue
-	// anyway: messages that become visible without one (delayed starts, retries after their backoff, messages of
-	// crashed workers after their visibility timeout) are found within this time.
-	listenPollInterval = 2 * time.Second
+	// defaultListenPollInterval bounds how long a listening poller waits for a notification (or an announced
+	// delayed message's time, see wake.go) before it reads its queue anyway: messages that become visible without
+	// either (messages of crashed workers after their visibility timeout, delays announced while the listener was
+	// disconnected) are found within this time.
+	defaultListenPollInterval = 2 * time.Second
 	// claimLinger is how long a busy poller waits for more free slots before it reads, so that it claims many
 	// tasks per round trip instead of one each time a single slot frees up.
 	claimLinger = 5 * time.Millisecond
@@ -62,6 +63,9 @@ type Config struct {
 	// MaxPollSeconds and PollIntervalMs drive pgmq.read_with_poll; MaxPollWait bounds a listening poller's wait.
 	MaxPollSeconds, PollIntervalMs int
 	MaxPollWait                    time.Duration
+	// ListenPollInterval is how long a listening poller waits without a notification before it reads anyway
+	// (bounded by MaxPollWait). 0: 2 s.
+	ListenPollInterval time.Duration
 	// Slots is the worker's shared pool; FlowSlots, when not nil, limits this flow's share of it.
 	Slots, FlowSlots Slots
 	// Wake, when not nil, announces new messages of Queue; Listener tells whether it is connected.
@@ -76,7 +80,10 @@ type Config struct {
 }
 
 // Poller reads and claims one queue's messages.
-type Poller struct{ cfg Config }
+type Poller struct {
+	cfg Config
+	due dueTimes // announced delayed messages' visible times (wake.go); only Run's goroutine uses it
+}
 
 // New returns a Poller.
 func New(cfg Config) *Poller { return &Poller{cfg: cfg} }
@@ -224,8 +231,9 @@ func (p *Poller) listening() bool {
 }
 
 // poll reads up to n messages and claims their tasks; it returns how many messages it read. A listening poller
-// reads with pgmq.read, which never waits, and when the queue has nothing visible it waits for a notification (or
-// listenPollInterval, or MaxPollWait if shorter) and returns nothing, so the caller polls again at once. Otherwise
+// reads with pgmq.read, which never waits, and when the queue has nothing visible it waits for a notification, the
+// time of the earliest announced delayed message, or ListenPollInterval (MaxPollWait if shorter) (waitForWake in
+// wake.go) and returns nothing, so the caller polls again at once. Otherwise
 // it waits inside pgmq.read_with_poll. After stop ended, read messages are not claimed: they become visible again
 // after the visibility timeout and another worker takes them.
 func (p *Poller) poll(stop, calls context.Context, n int) (read int, tasks []executor.Task, err error) {
@@ -249,24 +257,4 @@ func (p *Poller) poll(stop, calls context.Context, n int) (read int, tasks []exe
 		ids[i] = m.ID
 	}
 	return len(msgs), p.cfg.Claimer.Claim(stop, calls, ids), nil
-}
-
-// clearWake forgets the notifications received so far (the read that follows sees their messages).
-func (p *Poller) clearWake() {
-	select {
-	case <-p.cfg.Wake.Ready():
-		p.cfg.Wake.Drain()
-	default:
-	}
-}
-
-func (p *Poller) waitForWake(stop context.Context) {
-	t := time.NewTimer(min(listenPollInterval, p.cfg.MaxPollWait))
-	defer t.Stop()
-	select {
-	case <-p.cfg.Wake.Ready():
-		p.cfg.Wake.Drain()
-	case <-t.C:
-	case <-stop.Done():
-	}
 }
