@@ -29,7 +29,12 @@ type env struct {
 // newEnv starts a throwaway database and a dashboard on it with cfg (whose Pool it sets).
 func newEnv(t *testing.T, cfg dashboard.Config) *env {
 	t.Helper()
-	db := pgtest.New(t)
+	return newEnvOn(t, pgtest.New(t), cfg)
+}
+
+// newEnvOn is newEnv on a database the test already started (for a config that needs it, e.g. Actions).
+func newEnvOn(t *testing.T, db *pgtest.DB, cfg dashboard.Config) *env {
+	t.Helper()
 	cfg.Pool = db.Pool
 	dash, err := dashboard.New(cfg)
 	require.NoError(t, err)

@@ -1,0 +1,54 @@
+package browsertest
+
+import (
+	"testing"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgflow-go/pgflow"
+	"github.com/pgflow-go/pgflow/internal/dashboard"
+	"github.com/pgflow-go/pgflow/internal/pgtest"
+)
+
+// TestBrowserCancelAndRetry logs in with the token, clicks Cancel on a started run, confirms with a reason, and
+// sees the run page show it cancelled with its steps not run; then Retry resumes it, and "Retry as new run"
+// leads to a new run linked to it. Every change goes through the real forms (POST with the CSRF token).
+func TestBrowserCancelAndRetry(t *testing.T) {
+	t.Parallel()
+	const token = "browser-action-token"
+	db := pgtest.New(t)
+	client, err := pgflow.NewClient(db.Pool, nil)
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	e := newEnvOn(t, db, dashboard.Config{Token: token, Actions: client})
+	defineDiamond(t, e.db.Pool, "diamond")
+	id := startRun(t, e.db.Pool, "diamond", `{}`)
+
+	ctx := newBrowser(t)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(e.srv.URL+"/runs/"+id+"?token="+token),
+		chromedp.WaitVisible(chromedp.CSS(`#action-cancel`)),
+		chromedp.Click(chromedp.CSS(`#action-cancel`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-action`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name="reason"]`), "clicked in a browser"),
+		chromedp.Click(chromedp.CSS(`#confirm-action`)),
+		chromedp.WaitVisible(chromedp.CSS(`#run-error`)),
+	))
+	waitJS(t, ctx, `document.getElementById("run-status").textContent === "cancelled"`, "the run to show cancelled")
+	require.Contains(t, evalJS[string](t, ctx, `document.getElementById("run-error").textContent`), "The run was cancelled: clicked in a browser.")
+	require.Contains(t, evalJS[string](t, ctx, `document.getElementById("step-d").textContent`), "not run (run cancelled)")
+	require.Equal(t, "cancelled", runStatus(t, e.db.Pool, id))
+
+	// Retry: confirm, and the run is started again (its root step gets a fresh task).
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(`#action-retry`)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-action`)),
+		chromedp.Click(chromedp.CSS(`#confirm-action`)),
+		chromedp.WaitVisible(chromedp.CSS(`#run-done`)),
+	))
+	waitJS(t, ctx, `document.getElementById("run-status").textContent === "started"`, "the resumed run")
+	require.Equal(t, "started", runStatus(t, e.db.Pool, id))
+	runToEnd(t, e.db.Pool, "diamond", func(claimed) string { return `true` })
+	waitJS(t, ctx, `document.getElementById("run-status").textContent === "completed"`, "the resumed run to complete")
+}
