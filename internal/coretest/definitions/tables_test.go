@@ -26,7 +26,8 @@ func TestTableColumns(t *testing.T) {
 		"runs": "run_id uuid NOT NULL gen_random_uuid(), flow_slug text NOT NULL, status text NOT NULL 'started'::text, " +
 			"input jsonb NOT NULL, output jsonb, remaining_steps integer NOT NULL 0, " +
 			"started_at timestamp with time zone NOT NULL now(), completed_at timestamp with time zone, " +
-			"failed_at timestamp with time zone",
+			"failed_at timestamp with time zone, cancelled_at timestamp with time zone, cancel_reason text, " +
+			"retry_of uuid",
 		"step_states": "flow_slug text NOT NULL, run_id uuid NOT NULL, step_slug text NOT NULL, " +
 			"status text NOT NULL 'created'::text, remaining_tasks integer, remaining_deps integer NOT NULL 0, " +
 			"created_at timestamp with time zone NOT NULL now(), started_at timestamp with time zone, " +
@@ -38,7 +39,8 @@ func TestTableColumns(t *testing.T) {
 			"completed_at timestamp with time zone, failed_at timestamp with time zone, " +
 			"started_at timestamp with time zone, last_worker_id uuid, requeued_count integer NOT NULL 0, " +
 			"last_requeued_at timestamp with time zone, permanently_stalled_at timestamp with time zone, " +
-			"queue_name text NOT NULL",
+			"queue_name text NOT NULL, " +
+			"retry_at timestamp with time zone, attempts_before_retry integer NOT NULL 0",
 		"workers": "worker_id uuid NOT NULL, queue_name text NOT NULL, function_name text NOT NULL, " +
 			"started_at timestamp with time zone NOT NULL now(), deprecated_at timestamp with time zone, " +
 			"last_heartbeat_at timestamp with time zone NOT NULL now(), stopped_at timestamp with time zone",
@@ -72,7 +74,8 @@ func TestConstraintAndIndexNames(t *testing.T) {
 			"steps_deps_count_check steps_flow_slug_fkey steps_flow_slug_step_index_key steps_pkey " +
 			"steps_queue_name_is_valid steps_step_slug_check steps_step_type_check when_exhausted_is_valid when_unmet_is_valid",
 		"deps": "deps_check deps_flow_slug_dep_slug_fkey deps_flow_slug_fkey deps_flow_slug_step_slug_fkey deps_pkey",
-		"runs": "completed_at_is_after_started_at completed_at_or_failed_at failed_at_is_after_started_at " +
+		"runs": "cancelled_at_is_after_started_at cancelled_at_only_when_cancelled " +
+			"completed_at_is_after_started_at completed_at_or_failed_at failed_at_is_after_started_at " +
 			"runs_flow_slug_fkey runs_pkey runs_remaining_steps_check status_is_valid",
 		"step_states": "completed_at_is_after_started_at completed_at_or_failed_at_or_skipped_at " +
 			"failed_at_is_after_started_at initial_tasks_known_when_started output_only_for_completed_or_null " +
@@ -80,7 +83,7 @@ func TestConstraintAndIndexNames(t *testing.T) {
 			"started_at_is_after_created_at status_and_remaining_tasks_match status_is_valid " +
 			"step_states_flow_slug_fkey step_states_flow_slug_step_slug_fkey step_states_initial_tasks_check " +
 			"step_states_pkey step_states_remaining_deps_check step_states_run_id_fkey",
-		"step_tasks": "attempts_count_nonnegative completed_at_is_after_queued_at completed_at_is_after_started_at " +
+		"step_tasks": "attempts_before_retry_in_range attempts_count_nonnegative completed_at_is_after_queued_at completed_at_is_after_started_at " +
 			"completed_at_or_failed_at failed_at_is_after_queued_at failed_at_is_after_started_at " +
 			"output_valid_only_for_completed started_at_is_after_queued_at step_tasks_flow_slug_fkey " +
 			"step_tasks_last_worker_id_fkey step_tasks_pkey step_tasks_queue_name_is_valid " +
@@ -98,7 +101,7 @@ func TestConstraintAndIndexNames(t *testing.T) {
 	wantIndexes := strings.Join([]string{
 		"deps: deps_pkey idx_deps_by_flow_dep idx_deps_by_flow_step",
 		"flows: flows_default_queue_key flows_pkey",
-		"runs: idx_runs_flow_slug idx_runs_status runs_pkey",
+		"runs: idx_runs_flow_slug idx_runs_started_at idx_runs_status runs_pkey",
 		// v0.19.0 dropped idx_step_states_run_id, idx_step_tasks_flow_run_step and idx_step_tasks_message_id
 		// (covered by the primary keys and the queue identity key; docs/pgflow-differences.md).
 		"step_states: idx_step_states_failed idx_step_states_flow_slug idx_step_states_ready " +

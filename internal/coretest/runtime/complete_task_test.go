@@ -89,13 +89,14 @@ func TestCompleteTaskAfterRunFailed(t *testing.T) {
 	require.Equal(t, "failed", fx.GetRun(t, db, run.RunID).Status)
 
 	row := fx.CompleteTask(t, db, run.RunID, "b", 0, `{"late": true}`)
-	require.Equal(t, "started", row.Status, "a callback for a failed run changes nothing")
+	require.Equal(t, "cancelled", row.Status, "a callback for a failed run changes nothing")
 	require.Empty(t, row.Output)
 	b := fx.GetStep(t, db, run.RunID, "b")
-	require.Equal(t, "started", b.Status)
+	require.Equal(t, "skipped", b.Status)
+	require.Equal(t, ptr("run_failed"), b.SkipReason)
 	require.Empty(t, b.Output)
-	require.Equal(t, 3, fx.GetRun(t, db, run.RunID).RemainingSteps)
-	require.Equal(t, "created", fx.GetStep(t, db, run.RunID, "c").Status)
+	require.Equal(t, 1, fx.GetRun(t, db, run.RunID).RemainingSteps)
+	require.Equal(t, "skipped", fx.GetStep(t, db, run.RunID, "c").Status)
 	require.Empty(t, fx.GetTasks(t, db, run.RunID, "c"))
 }
 

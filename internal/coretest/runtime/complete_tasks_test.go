@@ -354,7 +354,7 @@ func TestCompleteTasksMatchesCompleteTaskOnSpecialCases(t *testing.T) {
 		{runC, "nope", 0, `1`}, // unknown task
 	}
 	statuses := tw.complete(t, cs)
-	require.Equal(t, []string{"failed", "started", "completed", "completed", "completed", "completed", ""}, statuses, "run A failed before its task other")
+	require.Equal(t, []string{"failed", "cancelled", "completed", "completed", "completed", "completed", ""}, statuses, "run A failed before its task other (which it cancelled)")
 	require.Equal(t, "failed", fx.GetRun(t, tw.batch, runA).Status)
 	require.Equal(t, `[1, 2]`, fx.GetStep(t, tw.batch, runB, "first").Output)
 

@@ -108,12 +108,13 @@ func TestConditionUnmetFailFailsTheRun(t *testing.T) {
 	require.Equal(t, ptr("Condition not met"), s.ErrorMessage)
 	require.NotNil(t, s.FailedAt)
 	require.Nil(t, s.StartedAt)
-	require.Equal(t, "created", fx.GetStep(t, db, run.RunID, "strict2").Status, "only the first failing step fails")
-	require.Equal(t, "created", fx.GetStep(t, db, run.RunID, "free").Status)
+	require.Equal(t, "skipped", fx.GetStep(t, db, run.RunID, "strict2").Status, "only the first failing step fails")
+	require.Equal(t, ptr("run_failed"), fx.GetStep(t, db, run.RunID, "strict2").SkipReason)
+	require.Equal(t, "skipped", fx.GetStep(t, db, run.RunID, "free").Status)
 	require.Empty(t, fx.GetTasks(t, db, run.RunID, ""))
 	require.Empty(t, fx.QueueMessages(t, db, "f"))
 
-	require.Equal(t, []string{"run:started", "step:strict:failed", "run:failed"},
+	require.Equal(t, []string{"run:started", "step:strict:failed", "step:free:skipped", "step:strict2:skipped", "run:failed"},
 		fx.EventNames(fx.RealtimeEvents(t, db, run.RunID)))
 	rf := fx.FindEvent(t, db, run.RunID, "run:failed", "")
 	require.Equal(t, "Condition not met", rf.Payload["error_message"])

@@ -78,15 +78,20 @@ func TestFailTaskExhaustedFailsStepAndRun(t *testing.T) {
 	r := fx.GetRun(t, db, run.RunID)
 	require.Equal(t, "failed", r.Status)
 	require.NotNil(t, r.FailedAt)
-	require.Equal(t, 3, r.RemainingSteps, "failing never decrements remaining_steps")
+	require.Equal(t, 1, r.RemainingSteps, "the failed step is the one step neither completed nor skipped")
 
-	// Every message of the run is archived; sibling tasks keep their status.
+	// The run looks finished (v0.20.0): every message archived, unfinished tasks cancelled, unfinished steps
+	// skipped with run_failed.
 	require.Empty(t, fx.QueueMessages(t, db, "f"))
 	require.Len(t, fx.ArchivedMessages(t, db, "f"), 3)
 	for _, tk := range fx.GetTasks(t, db, run.RunID, "m") {
-		require.Equal(t, "started", tk.Status)
+		require.Equal(t, "cancelled", tk.Status)
 	}
-	require.Equal(t, "created", fx.GetStep(t, db, run.RunID, "after").Status)
+	for _, s := range []string{"m", "after"} {
+		st := fx.GetStep(t, db, run.RunID, s)
+		require.Equal(t, "skipped", st.Status, s)
+		require.Equal(t, ptr("run_failed"), st.SkipReason, s)
+	}
 }
 
 func TestFailTaskMaxAttemptsZeroAndOneMeanOneAttempt(t *testing.T) {
@@ -102,8 +107,8 @@ func TestFailTaskMaxAttemptsZeroAndOneMeanOneAttempt(t *testing.T) {
 	}
 }
 
-// A failure after the run already failed marks the running task failed, archives its message, and does nothing
-// else (no retry, no event).
+// A failure after the run already failed changes nothing (v0.20.0): the run's failure cancelled the running task,
+// archived its message and skipped its step (no retry, no event).
 func TestFailTaskAfterRunFailed(t *testing.T) {
 	t.Parallel()
 	db := newDB(t).Pool
@@ -115,11 +120,13 @@ func TestFailTaskAfterRunFailed(t *testing.T) {
 	fx.FailTask(t, db, run.RunID, "a", 0, "boom")
 	require.Equal(t, "failed", fx.GetRun(t, db, run.RunID).Status)
 
+	before := fullState(t, db, run.RunID, "f")
 	row := fx.FailTask(t, db, run.RunID, "b", 0, "late")
-	require.Equal(t, "failed", row.Status, "b had attempts left, but a failed run never retries")
-	require.Equal(t, ptr("late"), row.ErrorMessage)
+	require.Equal(t, "cancelled", row.Status, "b had attempts left, but a failed run never retries")
+	require.Nil(t, row.ErrorMessage)
 	require.True(t, fx.InArchive(t, db, "f", *row.MessageID))
-	require.Equal(t, "started", fx.GetStep(t, db, run.RunID, "b").Status)
+	require.Equal(t, ptr("run_failed"), fx.GetStep(t, db, run.RunID, "b").SkipReason)
+	require.Equal(t, before, fullState(t, db, run.RunID, "f"))
 }
 
 // Fix of upstream pgflow: failing a task that is not 'started' changes nothing, in particular it does not push

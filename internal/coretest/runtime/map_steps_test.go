@@ -177,13 +177,15 @@ func TestTypeViolations(t *testing.T) {
 			require.Empty(t, p.Output)
 			r := fx.GetRun(t, db, run.RunID)
 			require.Equal(t, "failed", r.Status)
-			require.Equal(t, 3, r.RemainingSteps)
+			require.Equal(t, 1, r.RemainingSteps, "the failed producer; the others are skipped (run_failed)")
+			require.Equal(t, ptr("run_failed"), fx.GetStep(t, db, run.RunID, "consumer").SkipReason)
 			require.Nil(t, fx.GetStep(t, db, run.RunID, "consumer").InitialTasks)
 			require.Empty(t, fx.QueueMessages(t, db, "f"), "every message of the run is archived")
 
 			names := fx.EventNames(fx.RealtimeEvents(t, db, run.RunID))
-			require.Equal(t, []string{"run:failed", "step:producer:failed"}, names[len(names)-2:],
-				"type violations emit run:failed before step:failed")
+			require.Equal(t, "run:failed", names[len(names)-1], "run:failed comes last (v0.20.0)")
+			require.Contains(t, names, "step:producer:failed")
+			require.Contains(t, names, "step:consumer:skipped")
 			stepMsg := "[TYPE_VIOLATION] Map step consumer expects array input but dependency producer produced " + c.typ
 			rf := fx.FindEvent(t, db, run.RunID, "run:failed", "").Payload
 			require.Equal(t, "f", rf["flow_slug"])
@@ -226,10 +228,11 @@ func TestMapTaskExhaustedFailsRunWithoutAggregation(t *testing.T) {
 	require.Equal(t, "failed", m.Status)
 	require.Empty(t, m.Output)
 	require.Equal(t, "failed", fx.GetRun(t, db, run.RunID).Status)
-	require.Equal(t, "started", fx.GetTask(t, db, run.RunID, "m", 2).Status, "siblings keep their status")
+	require.Equal(t, "cancelled", fx.GetTask(t, db, run.RunID, "m", 2).Status, "unfinished siblings are cancelled (v0.20.0)")
+	require.Equal(t, "completed", fx.GetTask(t, db, run.RunID, "m", 0).Status, "finished siblings keep their status")
 	require.Empty(t, fx.QueueMessages(t, db, "f"), "sibling messages are archived")
 	// The sibling's late completion is ignored.
-	require.Equal(t, "started", fx.CompleteTask(t, db, run.RunID, "m", 2, `3`).Status)
+	require.Equal(t, "cancelled", fx.CompleteTask(t, db, run.RunID, "m", 2, `3`).Status)
 }
 
 // A dependent map that is already skipped needs no array: its parent's non-array output is not a type violation.

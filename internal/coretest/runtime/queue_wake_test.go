@@ -65,7 +65,11 @@ func TestStartingStepsNotifiesTheQueueOncePerTransaction(t *testing.T) {
 
 	fx.Exec(t, db.Pool, `select pgflow.start_flow('later', '{}')`)
 	fx.Exec(t, db.Pool, `select pgflow.start_flows('later', array['{}', '{}']::jsonb[])`)
-	require.Empty(t, collectLater(), "delayed messages are not visible yet: no wake-up")
+	later := collectLater()
+	require.Len(t, later, 2, "delayed messages are not visible yet: no '' wake-up, one visible_at per transaction")
+	for _, p := range later {
+		require.Contains(t, p, `{"visible_at":"`)
+	}
 	require.Empty(t, collect(), "other queues are not notified")
 
 	// Completing tasks that start dependents announces them too.

@@ -83,7 +83,7 @@ func TestRequeueStalledTasksIgnoresTerminalRunsAndSteps(t *testing.T) {
 	backdate(t, db, run.RunID, "orphan", 1000)
 	require.Equal(t, 0, requeue(t, db))
 	o := fx.GetTask(t, db, run.RunID, "orphan", 0)
-	require.Equal(t, "started", o.Status)
+	require.Equal(t, "cancelled", o.Status, "the run's failure cancelled it")
 	require.Equal(t, 0, o.RequeuedCount)
 	require.Nil(t, o.PermanentlyStalledAt)
 }

@@ -300,6 +300,8 @@ func argument(t *testing.T, fn, name, ty string, fx fixture) string {
 			return "0::pg_catalog.int4"
 		case strings.Contains(name, "attempt"):
 			return "1::pg_catalog.int4"
+		case name == "skip_reason" && fn == "pgflow._finish_run_steps":
+			return "'run_cancelled'::pg_catalog.text"
 		}
 		switch ty {
 		case "text", "varchar", "name":

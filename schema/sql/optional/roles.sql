@@ -52,7 +52,10 @@
 --   * queues created later by pgflow_owner, or by the pgmq extension's owner, give pgflow_worker (and
 --     pgflow_owner) the same privileges on their tables and sequences through default privileges;
 --   * pgflow_client: USAGE on schema pgflow and EXECUTE on start_flow_with_states, get_run_with_states and
---     schema_version (v0.20.0) only;
+--     schema_version (v0.20.0) only. It cannot cancel or retry runs: pgflow.cancel_run and pgflow.retry_run
+--     (v0.20.0) are SECURITY INVOKER and change runs, steps, tasks and queues, so they need what pgflow_worker has
+--     (which can execute them) or pgflow_owner; grant one of those to the operator role of `pgflow runs cancel`
+--     / `retry` or the dashboard's actions;
 --   * when realtime.send(jsonb, text, text, boolean) exists (Supabase), pgflow_owner and pgflow_worker may call it.
 -- Everything happens in one transaction when the caller runs the file in one (psql --single-transaction).
 
