@@ -32,7 +32,7 @@ func tinyConfig(url string) Config {
 	}
 }
 
-var tasksPerRun = map[string]int{ScenarioOneStep: 1, ScenarioChain: 3, ScenarioDiamond: 4, ScenarioMap: MapElements, ScenarioLatency: 1}
+var tasksPerRun = map[string]int{ScenarioOneStep: 1, ScenarioChain: 3, ScenarioDiamond: 4, ScenarioMap: MapElements, ScenarioLatency: 1, ScenarioDelayed: 2}
 
 // checkReport requires the invariants every report must hold.
 func checkReport(t *testing.T, cfg Config, rep *Report) {
@@ -95,6 +95,12 @@ func checkReport(t *testing.T, cfg Config, rep *Report) {
 			require.LessOrEqual(t, r.LatencyP95Ms, r.LatencyP99Ms, "%s", r.Scenario)
 			require.InDelta(t, r.TasksPerSec/b.CommitsPerSec, r.Ratios.TasksPerSec, 1e-9)
 			require.InDelta(t, r.CommitsPer/b.CommitsPerTx, r.Ratios.Commits, 1e-9)
+			if r.Scenario == ScenarioDelayed {
+				// Figures, not limits: how late delayed work starts depends on the machine.
+				require.Positive(t, r.DelayedStartP50Ms, "a start delay's due time precedes its claim")
+				require.Positive(t, r.DelayedRetryP50Ms, "a retry's due time precedes its claim")
+				require.LessOrEqual(t, r.DelayedRetryP50Ms, r.DelayedRetryP99Ms)
+			}
 		}
 	}
 	require.Equal(t, cfg.Scenarios, names)

@@ -22,10 +22,11 @@ const (
 	ScenarioLatency = "latency"  // (e) one-step runs started at a low fixed rate
 	ScenarioStart   = "start"    // bulk start of one-step runs (no worker)
 	ScenarioIdle    = "idle"     // an idle worker's statements per second
+	ScenarioDelayed = "delayed"  // delayed work: due time → claim of start delays and RetryAfter retries
 )
 
 // AllScenarios lists every scenario in the order they run.
-var AllScenarios = []string{ScenarioStart, ScenarioOneStep, ScenarioChain, ScenarioDiamond, ScenarioMap, ScenarioLatency, ScenarioIdle}
+var AllScenarios = []string{ScenarioStart, ScenarioOneStep, ScenarioChain, ScenarioDiamond, ScenarioMap, ScenarioLatency, ScenarioDelayed, ScenarioIdle}
 
 // scenarioLetters maps the letters to scenario names.
 var scenarioLetters = map[string]string{"a": ScenarioOneStep, "b": ScenarioChain, "c": ScenarioDiamond, "d": ScenarioMap, "e": ScenarioLatency}

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -44,6 +45,16 @@ func flowFor(scenario string) (*benchFlow, error) {
 		c := pgflow.Step(f, "c", noop, pgflow.DependsOn(a))
 		pgflow.Step(f, "d", noop, pgflow.DependsOn(b, c))
 		bf.tasksPerRun = 4
+	case ScenarioDelayed:
+		// Two root steps: one delayed at its start, one whose first attempt asks for its retry after a delay.
+		pgflow.Step(f, DelayedStartStep, noop, pgflow.StartDelay(DelayedWorkDelay))
+		pgflow.Step(f, DelayedRetryStep, func(_ context.Context, t *pgflow.Task[json.RawMessage]) (empty, error) {
+			if t.Attempt == 1 {
+				return empty{}, pgflow.RetryAfter(DelayedWorkDelay, errors.New("bench: asks for a retry after a delay"))
+			}
+			return empty{}, nil
+		})
+		bf.tasksPerRun = 2
 	case ScenarioMap:
 		items := make([]json.RawMessage, MapElements)
 		for i := range items {

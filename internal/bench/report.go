@@ -84,6 +84,13 @@ type Result struct {
 	TotalWALBytes   int64   `json:"total_wal_bytes"`
 	TotalRowsWriten int64   `json:"total_rows_written"`
 
+	// Delayed work (scenario delayed): how late a delayed task was claimed after it became due, for start delays
+	// (due: queued_at + the delay) and for RetryAfter retries (due: step_tasks.retry_at).
+	DelayedStartP50Ms float64 `json:"delayed_start_p50_ms,omitempty"`
+	DelayedStartP99Ms float64 `json:"delayed_start_p99_ms,omitempty"`
+	DelayedRetryP50Ms float64 `json:"delayed_retry_p50_ms,omitempty"`
+	DelayedRetryP99Ms float64 `json:"delayed_retry_p99_ms,omitempty"`
+
 	IdleStatementsPerSec   float64 `json:"idle_statements_per_sec,omitempty"`   // statements the worker sent
 	IdleTransactionsPerSec float64 `json:"idle_transactions_per_sec,omitempty"` // pg_stat_database commits, all sessions
 	IdleWALBytesPerSec     float64 `json:"idle_wal_bytes_per_sec,omitempty"`
@@ -224,6 +231,12 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		if r.Scenario == ScenarioIdle {
 			fmt.Fprintf(w, "\nidle worker (%s): %.2f statements/s sent (×base %.5f); database: %.2f transactions/s, %.0f WAL bytes/s; over %.1fs\n",
 				r.Mode, r.IdleStatementsPerSec, r.Ratios.IdleRequests, r.IdleTransactionsPerSec, r.IdleWALBytesPerSec, r.Seconds)
+		}
+	}
+	for _, r := range rep.Results {
+		if r.Scenario == ScenarioDelayed {
+			fmt.Fprintf(w, "\ndelayed work (%s): due → claim p50 %.1f ms, p99 %.1f ms (start delays p50 %.1f / p99 %.1f ms; RetryAfter retries p50 %.1f / p99 %.1f ms)\n",
+				r.Mode, r.LatencyP50Ms, r.LatencyP99Ms, r.DelayedStartP50Ms, r.DelayedStartP99Ms, r.DelayedRetryP50Ms, r.DelayedRetryP99Ms)
 		}
 	}
 	var notes []string

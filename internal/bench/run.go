@@ -61,6 +61,8 @@ func (e *env) run(ctx context.Context, cfg Config) (*Report, error) {
 			res, err = e.runStart(ctx, cfg, progress(name))
 		case ScenarioLatency:
 			res, err = e.runLatency(ctx, cfg, progress(name))
+		case ScenarioDelayed:
+			res, err = e.runDelayed(ctx, cfg, progress(name))
 		case ScenarioIdle:
 			// The default configuration waits for notifications; PollOnly polls inside the database.
 			res, err = e.runIdle(ctx, cfg, "default WorkerConfig", pgflow.WorkerConfig{}, progress(name))
