@@ -182,15 +182,16 @@ func connectionError(err error) bool {
 
 // Misconfigured reports whether err says that the database cannot serve this kind of request at all, whatever
 // its arguments: the schema is missing or older than the caller (class 42 syntax/undefined objects, 3F), the role
-// lacks a privilege or cannot log in (28, 0L, 0P), the database is unknown or gone (3D, 57P04). Such an error is
-// no verdict on the data a request carried.
+// lacks a privilege or cannot log in (28, 0L, 0P), the database is unknown or gone (3D, 57P04), or a prepared
+// statement went missing or exists twice (26000, and 42P05 in class 42) — what pgx's default query mode meets behind
+// a transaction-mode pooler (docs/deploy.md). Such an error is no verdict on the data a request carried.
 func Misconfigured(err error) bool {
 	code := Code(err)
 	if len(code) != 5 {
 		return false
 	}
 	switch code[:2] {
-	case "42", "3F", "28", "0L", "0P", "3D":
+	case "42", "3F", "28", "0L", "0P", "3D", "26":
 		return true
 	}
 	return code == "57P04"
