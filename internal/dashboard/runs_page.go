@@ -23,7 +23,7 @@ type runsPage struct {
 	Total        int64
 	Page, Pages  int
 	PageSize     int
-	First, Last  int64 // 1-based positions of the rows shown
+	First, Last  int64  // 1-based positions of the rows shown
 	Search       string // the run id searched for
 	SearchError  string // why the search found nothing
 	PrevURL      string
