@@ -360,7 +360,7 @@ func TestCompleteTasksMatchesCompleteTaskOnSpecialCases(t *testing.T) {
 
 	// Replays of completed tasks and of the failed run's task change nothing.
 	statuses = tw.complete(t, []completion{{runB, "first", 0, `[3]`}, {runA, "other", 0, `2`}, {runC, "other", 0, `"again"`}})
-	require.Equal(t, []string{"completed", "started", "completed"}, statuses)
+	require.Equal(t, []string{"completed", "cancelled", "completed"}, statuses)
 }
 
 // Flows with conditions complete through complete_task for every task; the outcome is the same.
