@@ -23,7 +23,7 @@ func visibleAt(t *testing.T, payload string) time.Time {
 
 // fail_task with retry_delay: the handler's delay replaces the backoff, retry_at records when the message becomes
 // visible (its vt), the attempt is spent, and the queue's workers get one {"visible_at"} notification; a delay of
-// 0 wakes them at once with ''; a negative delay is refused before anything changes.
+// 0 wakes them at once with ”; a negative delay is refused before anything changes.
 func TestFailTaskRetryDelay(t *testing.T) {
 	t.Parallel()
 	d := newDB(t)
