@@ -83,14 +83,19 @@ type Config struct {
 type Poller struct {
 	cfg Config
 	due dueTimes // announced delayed messages' visible times (wake.go); only Run's goroutine uses it
+	// notes holds the queue's notifications but cancels, passed on by relay (cancel.go) to the wake logic.
+	notes *notes
 }
 
 // New returns a Poller.
-func New(cfg Config) *Poller { return &Poller{cfg: cfg} }
+func New(cfg Config) *Poller { return &Poller{cfg: cfg, notes: newNotes()} }
 
 // Run reads, claims and starts tasks while free slots exist, until stop ends. calls is the context of claims and
 // of the tasks' reports (see claimer.Claim).
 func (p *Poller) Run(stop, calls context.Context) {
+	if p.cfg.Wake != nil {
+		go p.relay(stop)
+	}
 	failures := 0
 	backlog := false // the last read returned as many messages as it asked for
 	for stop.Err() == nil {

@@ -124,8 +124,8 @@ func (p *Poller) takeNotes(msgs []notify.Message) (readNow bool) {
 // follows sees their messages.
 func (p *Poller) clearWake() {
 	select {
-	case <-p.cfg.Wake.Ready():
-		p.takeNotes(p.cfg.Wake.Drain())
+	case <-p.ready():
+		p.takeNotes(p.drain())
 	default:
 	}
 	p.due.popVisible(time.Now())
@@ -165,8 +165,8 @@ func (p *Poller) waitForWake(stop context.Context) {
 			due = dueTimer.C
 		}
 		select {
-		case <-p.cfg.Wake.Ready():
-			if p.takeNotes(p.cfg.Wake.Drain()) {
+		case <-p.ready():
+			if p.takeNotes(p.drain()) {
 				return
 			}
 		case <-due:
