@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,7 +55,8 @@ type RunSummary struct {
 	ErrorMessage   *string // of the first failed step (by step_index), shortened to 300 characters
 }
 
-const listRunsSQL = `
+// listRunsColumns are the columns of a run listing.
+const listRunsColumns = `
 select r.run_id::text, r.flow_slug, r.status, r.remaining_steps, r.started_at, r.completed_at, r.failed_at,
   r.cancelled_at, r.retry_of::text,
   (select count(*) from pgflow.step_states as ss where ss.run_id = r.run_id)::int,
@@ -65,21 +67,38 @@ select r.run_id::text, r.flow_slug, r.status, r.remaining_steps, r.started_at, r
    join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
    where ss.run_id = r.run_id and ss.status = 'failed'
    order by s.step_index limit 1)
-from pgflow.runs as r
-where ($1::text is null or r.flow_slug = $1::text)
-  and ($2::text is null or r.status = $2::text)
-  and ($5::timestamptz is null or r.started_at > $5::timestamptz)
-  and ($6::timestamptz is null or r.started_at < $6::timestamptz)
-  and ($7::timestamptz is null or (r.started_at, r.run_id) < ($7::timestamptz, $8::uuid))
-order by r.started_at desc, r.run_id desc
-limit $3::int offset $4::int`
+from pgflow.runs as r`
 
-const countRunsSQL = `
-select count(*) from pgflow.runs as r
-where ($1::text is null or r.flow_slug = $1::text)
-  and ($2::text is null or r.status = $2::text)
-  and ($3::timestamptz is null or r.started_at > $3::timestamptz)
-  and ($4::timestamptz is null or r.started_at < $4::timestamptz)`
+// runFilter builds the WHERE clause of a listing from the filters actually given: a clause such as
+// "($1 is null or flow_slug = $1)" would keep a cached generic plan from using the listing indexes
+// (idx_runs_flow_slug, idx_runs_status, idx_runs_started_at: a backward index scan that reads one page).
+func runFilter(p ListRunsParams, withCursor bool) (where string, args []any) {
+	var conds []string
+	if p.Flow != "" {
+		args = append(args, p.Flow)
+		conds = append(conds, fmt.Sprintf("r.flow_slug = $%d::text", len(args)))
+	}
+	if p.Status != "" {
+		args = append(args, p.Status)
+		conds = append(conds, fmt.Sprintf("r.status = $%d::text", len(args)))
+	}
+	if p.StartedAfter != nil {
+		args = append(args, *p.StartedAfter)
+		conds = append(conds, fmt.Sprintf("r.started_at > $%d::timestamptz", len(args)))
+	}
+	if p.StartedBefore != nil {
+		args = append(args, *p.StartedBefore)
+		conds = append(conds, fmt.Sprintf("r.started_at < $%d::timestamptz", len(args)))
+	}
+	if withCursor && p.After != nil {
+		args = append(args, p.After.StartedAt, p.After.RunID)
+		conds = append(conds, fmt.Sprintf("(r.started_at, r.run_id) < ($%d::timestamptz, $%d::uuid)", len(args)-1, len(args)))
+	}
+	if len(conds) == 0 {
+		return "", args
+	}
+	return " where " + strings.Join(conds, " and "), args
+}
 
 // ListRuns returns one page of runs, newest first (by started_at, then run_id), and how many runs match the
 // filter in all.
@@ -88,18 +107,12 @@ func ListRuns(ctx context.Context, db DBTX, p ListRunsParams) ([]RunSummary, int
 	if limit <= 0 {
 		limit = 50
 	}
-	var flow, status any
-	if p.Flow != "" {
-		flow = p.Flow
-	}
-	if p.Status != "" {
-		status = p.Status
-	}
-	var afterAt, afterID any
-	if p.After != nil {
-		afterAt, afterID = p.After.StartedAt, p.After.RunID
-	}
-	rows, err := db.Query(ctx, listRunsSQL, flow, status, limit, max(p.Offset, 0), p.StartedAfter, p.StartedBefore, afterAt, afterID)
+	where, args := runFilter(p, true)
+	n := len(args)
+	args = append(args, limit, max(p.Offset, 0))
+	query := listRunsColumns + where +
+		fmt.Sprintf("\norder by r.started_at desc, r.run_id desc\nlimit $%d::int offset $%d::int", n+1, n+2)
+	rows, err := db.Query(ctx, query, args...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read the runs (flow %q, status %q): %w", p.Flow, p.Status, err)
 	}
@@ -112,11 +125,12 @@ func ListRuns(ctx context.Context, db DBTX, p ListRunsParams) ([]RunSummary, int
 	if err != nil {
 		return nil, 0, fmt.Errorf("read the runs (flow %q, status %q): %w", p.Flow, p.Status, err)
 	}
-	var total int64
 	if p.NoCount {
 		return out, 0, nil
 	}
-	if err := db.QueryRow(ctx, countRunsSQL, flow, status, p.StartedAfter, p.StartedBefore).Scan(&total); err != nil {
+	countWhere, countArgs := runFilter(p, false)
+	var total int64
+	if err := db.QueryRow(ctx, "select count(*) from pgflow.runs as r"+countWhere, countArgs...).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("count the runs (flow %q, status %q): %w", p.Flow, p.Status, err)
 	}
 	return out, total, nil
