@@ -50,7 +50,8 @@ type Options struct {
 //	pgflow_tasks_in_flight{flow,step,queue}                tasks started and not yet finished
 //	pgflow_handler_duration_seconds{flow,step,queue,outcome} handler run time (outcome: ok, error, panic)
 //	pgflow_tasks_finished_total{flow,step,queue,outcome}   finished tasks (outcome: completed, retried, failed,
-//	                                                       not_recorded, stale, released, unreported)
+//	                                                       not_recorded, stale, released, cancelled,
+//	                                                       unreported)
 //	pgflow_task_duration_seconds{flow,step,queue,outcome}  handler + reporting its result
 //	pgflow_stale_results_total{flow,step,queue,reason}     results not recorded because their attempt was no longer
 //	                                                       current (reason: superseded, timed_out)
@@ -107,7 +108,7 @@ func New(opts Options) *Collector {
 			"Run time of step handlers, by outcome: ok, error or panic.",
 			"flow", "step", "queue", "outcome"),
 		finished: counter("tasks_finished_total",
-			"Finished tasks by outcome: completed, retried, failed, not_recorded, stale, released or unreported.",
+			"Finished tasks by outcome: completed, retried, failed, not_recorded, stale, released, cancelled or unreported.",
 			"flow", "step", "queue", "outcome"),
 		taskSeconds: histogram("task_duration_seconds",
 			"Time from a task's start to its result being recorded: the handler plus reporting.",
