@@ -122,7 +122,7 @@ func New(opts Options) (*Hooks, error) {
 		return nil, fail("pgflow.handler.duration", err)
 	}
 	if h.finished, err = meter.Int64Counter("pgflow.task.finished", metric.WithUnit("{task}"),
-		metric.WithDescription("Finished tasks by outcome: completed, retried, failed, not_recorded, stale, released, unreported.")); err != nil {
+		metric.WithDescription("Finished tasks by outcome: completed, retried, failed, not_recorded, stale, released, cancelled, unreported.")); err != nil {
 		return nil, fail("pgflow.task.finished", err)
 	}
 	if h.taskDuration, err = meter.Float64Histogram("pgflow.task.duration", metric.WithUnit("s"),
