@@ -509,3 +509,29 @@ func TestReadOnly(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Status)
 	require.Contains(t, r.Header.Get("Content-Type"), "text/css")
 }
+
+// Nothing waits silently: the page of a started run says when no alive worker serves a queue it waits on, and
+// when one of its tasks waits for stalled-task recovery.
+func TestRunPageSaysWhatTheRunWaitsOn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, dashboard.Config{})
+	defineDiamond(t, e.db.Pool, "diamond")
+	id := startRun(t, e.db.Pool, "diamond", `{}`)
+	body := e.ok("/runs/" + id)
+	require.Contains(t, body, `No alive worker serves queue &#34;diamond&#34; (1 queued, 0 started task(s)); no worker ever registered for it.`)
+
+	const live = "0b0b0b0b-0000-4000-8000-0000000000a1"
+	e.exec(`select pgflow.register_worker($1::uuid, 'diamond', 'dashboard-test')`, live)
+	require.NotContains(t, e.ok("/runs/"+id), "No alive worker serves queue", "a live worker serves it now")
+
+	claimed := claim(t, e.db.Pool, "diamond")
+	require.Len(t, claimed, 1)
+	e.exec(`update pgflow.step_tasks set started_at = now() - interval '1 hour', queued_at = now() - interval '2 hours'
+		where run_id = $1 and status = 'started'`, id)
+	require.Contains(t, e.ok("/runs/"+id), `Task 0 of step &#34;a&#34; (attempt 1) is past its`)
+	require.Contains(t, e.ok("/runs/"+id), `it waits for stalled-task recovery.`)
+
+	completeTask(t, e.db.Pool, claimed[0], `1`)
+	e.exec(`update pgflow.runs set status = 'failed', failed_at = now() where run_id = $1`, id)
+	require.NotContains(t, e.ok("/runs/"+id), "run-waiting", "a finished run waits on nothing")
+}

@@ -65,6 +65,9 @@ type runPage struct {
 	Error string
 	// Remaining is "1 step remaining", "3 steps remaining".
 	Remaining string
+	// Waiting says what a started run waits on that will not come by itself: queues no alive worker serves, and
+	// tasks waiting for stalled-task recovery.
+	Waiting []string
 	// Actions: the buttons the run page offers (with a token and Config.Actions), and what was just done.
 	Actions                            bool
 	CanCancel, CanRetry, CanRetryFresh bool
@@ -93,6 +96,9 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, "cannot show run "+id, err)
 		return
 	}
+	if d.Run.Status == "started" {
+		page.Waiting = s.runWaiting(r, id)
+	}
 	if s.actionsEnabled() {
 		page.Actions = true
 		page.CanCancel = allowedFor("cancel", d.Run.Status)
@@ -103,6 +109,39 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.show(w, r, "run", page)
+}
+
+// workerAliveWithin is how recent a heartbeat must be for the run page to count a worker as alive: a few of the
+// workers' default heartbeat intervals.
+const workerAliveWithin = 30 * time.Second
+
+// runWaiting lists, for the run page, the queues a started run waits on that no alive worker serves and its tasks
+// that wait for stalled-task recovery, so nothing waits silently. A read error is shown as such.
+func (s *Server) runWaiting(r *http.Request, runID string) []string {
+	h, err := sqlapi.GetRunHealth(r.Context(), s.cfg.Pool, runID, workerAliveWithin)
+	if err != nil {
+		return []string{"cannot tell whether workers serve this run: " + err.Error()}
+	}
+	if h == nil {
+		return nil
+	}
+	var out []string
+	for _, q := range h.Queues {
+		if q.AliveWorkers > 0 || q.Queued+q.Started == 0 {
+			continue
+		}
+		seen := "no worker ever registered for it"
+		if q.LastSeen != nil {
+			seen = "the last worker was seen " + q.LastSeen.UTC().Format(time.RFC3339)
+		}
+		out = append(out, fmt.Sprintf("No alive worker serves queue %q (%d queued, %d started task(s)); %s. Start a worker for it.",
+			q.Queue, q.Queued, q.Started, seen))
+	}
+	for _, t := range h.Stalled {
+		out = append(out, fmt.Sprintf("Task %d of step %q (attempt %d) is past its %ds timeout: it waits for stalled-task recovery.",
+			t.TaskIndex, t.StepSlug, t.Attempt, t.TimeoutSeconds))
+	}
+	return out
 }
 
 func jsonLink(runID string, p sqlapi.JSONPart) string {
