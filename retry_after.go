@@ -42,8 +42,8 @@ type RetryAfterError struct {
 //	}
 //	defer resp.Body.Close()
 //	if resp.StatusCode == http.StatusTooManyRequests {
-//		secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
-//		return Out{}, pgflow.RetryAfter(time.Duration(secs)*time.Second, fmt.Errorf("rate limited: %s", resp.Status))
+//		wait, _ := time.ParseDuration(resp.Header.Get("Retry-After") + "s") // seconds; 0 if absent
+//		return Out{}, pgflow.RetryAfter(wait, fmt.Errorf("rate limited: %s", resp.Status))
 //	}
 func RetryAfter(d time.Duration, err error) error {
 	if err == nil {
