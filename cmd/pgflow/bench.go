@@ -46,6 +46,7 @@ Scenarios (--scenarios, comma separated; letters a-e also work):
   map       (d) one map step over 100 elements (--runs/100 runs: as many tasks as one-step)
   latency   (e) one-step runs started at --rate runs/s; latency from the start call to the run:completed event
   idle      what one idle worker with the default configuration costs the database per second
+  delayed   start delays and RetryAfter retries: how long after its due time delayed work is claimed (p50/p99)
 
 Modes: burn-down starts --runs runs, then works them; continuous keeps a backlog for --warmup + --duration and
 measures the window after the warm-up. See docs/performance.md for the method.`,
@@ -98,7 +99,7 @@ measures the window after the warm-up. See docs/performance.md for the method.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&scenarios, "scenarios", "", "scenarios to run, comma separated (default all): start, one-step, chain, diamond, map, latency, idle or a-e")
+	f.StringVar(&scenarios, "scenarios", "", "scenarios to run, comma separated (default all): start, one-step, chain, diamond, map, latency, idle, delayed or a-e")
 	f.StringVar(&cfg.Mode, "mode", bench.ModeBurnDown, "burn-down or continuous")
 	f.IntVar(&cfg.Runs, "runs", bench.DefaultRuns, "runs per scenario in burn-down mode and for the start scenario")
 	f.DurationVar(&cfg.Duration, "duration", bench.DefaultDuration, "measured time per scenario in continuous mode")
