@@ -58,6 +58,11 @@ func announceInterrupt(ctx context.Context, w io.Writer, msg string) (release fu
 		case <-ctx.Done():
 			fmt.Fprintln(w, msg)
 		case <-done:
+			// Both may be ready when release comes right after the signal: a signal that arrived first is
+			// still announced.
+			if ctx.Err() != nil {
+				fmt.Fprintln(w, msg)
+			}
 		}
 	})
 	return func() {

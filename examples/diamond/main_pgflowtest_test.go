@@ -41,7 +41,8 @@ func TestArticleFlowFailsWithoutURLAtOnce(t *testing.T) {
 	require.ErrorIs(t, err, pgflow.ErrRunFailed)
 	require.ErrorContains(t, err, `step "fetch": input has no url`)
 	require.Equal(t, pgflow.StepFailed, run.Step("fetch").Status)
-	require.Equal(t, pgflow.StepCreated, run.Step("publish").Status, "publish never became ready")
+	require.Equal(t, pgflow.StepSkipped, run.Step("publish").Status, "publish never ran: the failed run ended it")
+	require.Equal(t, "run_failed", run.Step("publish").SkipReason)
 }
 
 func TestPublishJoinsBothBranches(t *testing.T) {
