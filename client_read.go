@@ -37,6 +37,7 @@ type RunCounts struct {
 	Started   int64
 	Completed int64
 	Failed    int64
+	Cancelled int64
 }
 
 // QueueInfo is the depth of one PGMQ queue, as pgmq.metrics reports it.
@@ -94,7 +95,8 @@ func (c *Client) ListFlows(ctx context.Context) ([]FlowInfo, error) {
 			Timeout:     time.Duration(f.Timeout) * time.Second,
 			CreatedAt:   f.CreatedAt,
 			Steps:       steps,
-			Runs:        RunCounts{Started: f.Runs.Started, Completed: f.Runs.Completed, Failed: f.Runs.Failed},
+			Runs: RunCounts{Started: f.Runs.Started, Completed: f.Runs.Completed, Failed: f.Runs.Failed,
+				Cancelled: f.Runs.Cancelled},
 		}
 	}
 	return out, nil

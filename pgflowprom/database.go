@@ -31,7 +31,7 @@ type DatabaseOptions struct {
 // DatabaseCollector reports the state of a pgflow database at scrape time, with plain selects (a read-only
 // role suffices):
 //
-//	pgflow_runs{flow,status}                         runs by status (started, completed, failed)
+//	pgflow_runs{flow,status}                         runs by status (started, completed, failed, cancelled)
 //	pgflow_queue_messages{queue}                     messages in each PGMQ queue, visible or not (pgmq.metrics)
 //	pgflow_queue_visible_messages{queue}             messages a reader could take now
 //	pgflow_queue_oldest_message_age_seconds{queue}   age of the oldest message (0 when empty)
@@ -73,7 +73,7 @@ func NewDatabaseCollector(client *pgflow.Client, opts DatabaseOptions) *Database
 	desc := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(prometheus.BuildFQName(ns, "", name), help, labels, opts.ConstLabels)
 	}
-	c.runs = desc("runs", "Runs by flow and status (started, completed, failed).", "flow", "status")
+	c.runs = desc("runs", "Runs by flow and status (started, completed, failed, cancelled).", "flow", "status")
 	c.queueLen = desc("queue_messages", "Messages in the PGMQ queue, visible or not.", "queue")
 	c.queueVisible = desc("queue_visible_messages", "Messages in the PGMQ queue that a reader could take now.", "queue")
 	c.queueAge = desc("queue_oldest_message_age_seconds", "Age of the oldest message in the PGMQ queue (0 when empty).", "queue")
@@ -105,6 +105,7 @@ func (c *DatabaseCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.runs, prometheus.GaugeValue, float64(f.Runs.Started), f.Slug, "started")
 			ch <- prometheus.MustNewConstMetric(c.runs, prometheus.GaugeValue, float64(f.Runs.Completed), f.Slug, "completed")
 			ch <- prometheus.MustNewConstMetric(c.runs, prometheus.GaugeValue, float64(f.Runs.Failed), f.Slug, "failed")
+			ch <- prometheus.MustNewConstMetric(c.runs, prometheus.GaugeValue, float64(f.Runs.Cancelled), f.Slug, "cancelled")
 		}
 	}
 

@@ -322,6 +322,14 @@ func TestDatabaseCollectorReportsRunsQueuesAndWorkers(t *testing.T) {
 	_, ok := value(m, "pgflow_workers", map[string]string{"queue": "db_metrics"})
 	require.False(t, ok, "a stopped worker is not counted")
 	requireValue(t, m, "pgflow_runs", map[string]string{"flow": "db_metrics", "status": "completed"}, 2)
+	requireValue(t, m, "pgflow_runs", map[string]string{"flow": "db_metrics", "status": "cancelled"}, 0)
+
+	c := newClient(t, db.Pool)
+	cancelled := startRun(t, db.Pool, "db_metrics", `{}`)
+	_, err := c.CancelRun(context.Background(), cancelled, &pgflow.CancelRunOpts{Reason: "metrics test"})
+	require.NoError(t, err)
+	m = scrape(t, srv.URL+"/metrics")
+	requireValue(t, m, "pgflow_runs", map[string]string{"flow": "db_metrics", "status": "cancelled"}, 1)
 }
 
 func TestDatabaseCollectorReportsFailedScrapes(t *testing.T) {

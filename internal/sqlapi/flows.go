@@ -31,6 +31,7 @@ type RunCounts struct {
 	Started   int64
 	Completed int64
 	Failed    int64
+	Cancelled int64
 }
 
 // FlowStep is one pgflow.steps row with its dependencies.
@@ -62,13 +63,15 @@ const flowStepsJSON = `
 `
 
 const listFlowsSQL = `
-select f.flow_slug, f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.created_at,` + flowStepsJSON + `  coalesce(rc.started, 0), coalesce(rc.completed, 0), coalesce(rc.failed, 0)
+select f.flow_slug, f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.created_at,` + flowStepsJSON + `  coalesce(rc.started, 0), coalesce(rc.completed, 0), coalesce(rc.failed, 0),
+  coalesce(rc.cancelled, 0)
 from pgflow.flows as f
 left join (
   select r.flow_slug,
     count(*) filter (where r.status = 'started') as started,
     count(*) filter (where r.status = 'completed') as completed,
-    count(*) filter (where r.status = 'failed') as failed
+    count(*) filter (where r.status = 'failed') as failed,
+    count(*) filter (where r.status = 'cancelled') as cancelled
   from pgflow.runs as r
   where $1::text is null or r.flow_slug = $1::text
   group by r.flow_slug) as rc on rc.flow_slug = f.flow_slug
@@ -95,7 +98,7 @@ func ListFlows(ctx context.Context, db DBTX, p ListFlowsParams) ([]Flow, error) 
 		var f Flow
 		var steps []byte
 		if err := row.Scan(&f.FlowSlug, &f.MaxAttempts, &f.BaseDelay, &f.Timeout, &f.CreatedAt, &steps,
-			&f.Runs.Started, &f.Runs.Completed, &f.Runs.Failed); err != nil {
+			&f.Runs.Started, &f.Runs.Completed, &f.Runs.Failed, &f.Runs.Cancelled); err != nil {
 			return f, err
 		}
 		if err := json.Unmarshal(steps, &f.Steps); err != nil {
