@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -118,8 +119,8 @@ func decodeCursor(s string) (sqlapi.RunKey, error) {
 		return sqlapi.RunKey{}, errors.New("not a cursor returned by ListRuns")
 	}
 	at, id, ok := strings.Cut(string(raw), "/")
-	var micros int64
-	if _, err := fmt.Sscanf(at, "%d", &micros); err != nil || !ok {
+	micros, err := strconv.ParseInt(at, 10, 64)
+	if err != nil || !ok {
 		return sqlapi.RunKey{}, errors.New("not a cursor returned by ListRuns")
 	}
 	canon, err := canonicalRunID(id)

@@ -113,10 +113,7 @@ func rowID(rc resolvedConfig, i int, flow string) string {
 		return newUUID()
 	}
 	sum := sha256.Sum256([]byte(rc.WorkerID + "/" + flow))
-	b := sum[:16]
-	b[6] = b[6]&0x0f | 0x50
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	return formatUUID(sum[:16], 5)
 }
 
 // flowCoreOf returns the core of flow, or nil for a nil interface or a nil *Flow.

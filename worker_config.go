@@ -195,7 +195,13 @@ func (c WorkerConfig) resolve() (resolvedConfig, error) {
 func newUUID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	b[6] = b[6]&0x0f | 0x40
+	return formatUUID(b[:], 4)
+}
+
+// formatUUID stamps version (4: random, 5: name-based) and the RFC 4122 variant on the 16 bytes b and returns
+// them in canonical text form.
+func formatUUID(b []byte, version byte) string {
+	b[6] = b[6]&0x0f | version<<4
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

@@ -70,6 +70,7 @@ type Server struct {
 	pages    *pages
 	listener *notify.Listener
 	handler  http.Handler
+	runs     *pgflow.Client // reads what a run waits on (RunHealth); it never listens
 }
 
 // New prepares a Server; nothing connects until the first event stream is opened.
@@ -107,7 +108,12 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	runs, err := pgflow.NewClient(cfg.Pool, &pgflow.ClientConfig{Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
 	s := &Server{
+		runs:  runs,
 		cfg:   cfg,
 		log:   cfg.Logger,
 		pages: p,
@@ -125,7 +131,10 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 // Close ends every open event stream and closes the LISTEN connection. Call it before shutting the HTTP server
 // down, so that streaming requests return.
-func (s *Server) Close() { s.listener.Close() }
+func (s *Server) Close() {
+	s.listener.Close()
+	s.runs.Close()
+}
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()

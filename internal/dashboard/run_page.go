@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgflow-go/pgflow"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
 )
 
@@ -111,35 +112,26 @@ func (s *Server) handleRun(w http.ResponseWriter, r *http.Request) {
 	s.show(w, r, "run", page)
 }
 
-// workerAliveWithin is how recent a heartbeat must be for the run page to count a worker as alive: a few of the
-// workers' default heartbeat intervals.
-const workerAliveWithin = 30 * time.Second
-
 // runWaiting lists, for the run page, the queues a started run waits on that no alive worker serves and its tasks
-// that wait for stalled-task recovery, so nothing waits silently. A read error is shown as such.
+// that wait for stalled-task recovery (pgflow.Client.RunHealth, with the workers page's notion of a live worker),
+// so nothing waits silently. A read error is shown as such.
 func (s *Server) runWaiting(r *http.Request, runID string) []string {
-	h, err := sqlapi.GetRunHealth(r.Context(), s.cfg.Pool, runID, workerAliveWithin)
+	h, err := s.runs.RunHealth(r.Context(), runID, &pgflow.RunHealthOpts{AliveWithin: s.cfg.StaleAfter})
 	if err != nil {
 		return []string{"cannot tell whether workers serve this run: " + err.Error()}
 	}
-	if h == nil {
-		return nil
-	}
 	var out []string
-	for _, q := range h.Queues {
-		if q.AliveWorkers > 0 || q.Queued+q.Started == 0 {
-			continue
-		}
+	for _, q := range h.WaitingWithoutWorkers() {
 		seen := "no worker ever registered for it"
-		if q.LastSeen != nil {
-			seen = "the last worker was seen " + q.LastSeen.UTC().Format(time.RFC3339)
+		if q.LastHeartbeatAt != nil {
+			seen = "the last worker was seen " + q.LastHeartbeatAt.UTC().Format(time.RFC3339)
 		}
 		out = append(out, fmt.Sprintf("No alive worker serves queue %q (%d queued, %d started task(s)); %s. Start a worker for it.",
-			q.Queue, q.Queued, q.Started, seen))
+			q.Name, q.QueuedTasks, q.StartedTasks, seen))
 	}
-	for _, t := range h.Stalled {
+	for _, t := range h.StalledTasks {
 		out = append(out, fmt.Sprintf("Task %d of step %q (attempt %d) is past its %ds timeout: it waits for stalled-task recovery.",
-			t.TaskIndex, t.StepSlug, t.Attempt, t.TimeoutSeconds))
+			t.TaskIndex, t.StepSlug, t.Attempt, int(t.Timeout/time.Second)))
 	}
 	return out
 }
