@@ -1,5 +1,5 @@
 // Package claimer claims the tasks behind messages read from a queue (pgflow.start_tasks, by the stored queue
-// identity) and explains, by identity only, the messages it could not claim. It knows the executor's Task (what
+// identity, or pgflow.read_and_start_tasks, which reads and claims in one call) and explains, by identity only, the messages it could not claim. It knows the executor's Task (what
 // it produces) and package sqlapi, nothing above.
 package claimer
 
@@ -18,7 +18,7 @@ import (
 // Config configures a Claimer of one flow's queue.
 type Config struct {
 	DB       sqlapi.Batcher
-	Read     sqlapi.DBTX // explains unclaimed messages
+	Read     sqlapi.DBTX // reads and claims in one call (ReadAndClaim); explains unclaimed messages
 	Flow     string
 	Queue    string
 	WorkerID string // the worker row serving Queue
@@ -68,6 +68,29 @@ func (c *Claimer) Claim(stop, calls context.Context, msgIDs []int64) []executor.
 	return out
 }
 
+// ReadAndClaim reads up to n messages and claims their tasks in one call (pgflow.read_and_start_tasks, one
+// transaction): no message is read without its claim committing with it, so unlike Claim there is nothing to
+// retry here; an error goes back to the poller, which backs off and reads again. Messages read but not claimed
+// are hidden for vtSeconds and explained in the log. It runs under calls (see Claim), once stop has not ended.
+func (c *Claimer) ReadAndClaim(stop, calls context.Context, n, vtSeconds int) (read int, tasks []executor.Task, err error) {
+	if err := stop.Err(); err != nil {
+		return 0, nil, err
+	}
+	claimedAt := time.Now()
+	claimed, unclaimed, read, err := sqlapi.ReadAndStartTasks(calls, c.cfg.Read, c.cfg.Flow, c.cfg.Queue, c.cfg.WorkerID, n, vtSeconds)
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(unclaimed) > 0 {
+		c.explain(calls, unclaimed)
+	}
+	out := make([]executor.Task, len(claimed))
+	for i, t := range claimed {
+		out[i] = executor.Task{ClaimedTask: t, QueueName: c.cfg.Queue, WorkerID: c.cfg.WorkerID, ClaimedAt: claimedAt}
+	}
+	return read, out, nil
+}
+
 // explainUnclaimed logs why messages of a batch were not claimed. A message with no matching task, or whose
 // task belongs to another flow, is left exactly as it is (in the queue, not archived, its visibility untouched)
 // and reported at warn level with its identifiers, never its body: it will reappear after its visibility timeout
@@ -83,6 +106,11 @@ func (c *Claimer) explainUnclaimed(ctx context.Context, ids []int64, claimed []s
 			missing = append(missing, id)
 		}
 	}
+	c.explain(ctx, missing)
+}
+
+// explain logs why each of missing, messages read but not claimed, was not claimed.
+func (c *Claimer) explain(ctx context.Context, missing []int64) {
 	why, err := sqlapi.ClassifyUnclaimed(ctx, c.cfg.Read, c.cfg.Flow, c.cfg.Queue, missing)
 	if err != nil {
 		c.cfg.Logger.Warn("some messages were not claimed; could not tell why", "count", len(missing), "error", err)

@@ -1,6 +1,7 @@
 // Package poller is the top of a task's path through the engine: for one flow's queue it waits for free handler
-// slots, reads messages (pgmq.read when woken by a queue notification, else pgmq.read_with_poll), hands them to the
-// claimer and starts the executor for every claimed task. It knows the claimer and the executor below it.
+// slots, reads messages and claims their tasks (through the claimer: in one call, pgflow.read_and_start_tasks, when
+// it listens for queue notifications; else pgmq.read_with_poll, then the claim) and starts the executor for every
+// claimed task. It knows the claimer and the executor below it.
 package poller
 
 import (
@@ -236,7 +237,8 @@ func (p *Poller) listening() bool {
 }
 
 // poll reads up to n messages and claims their tasks; it returns how many messages it read. A listening poller
-// reads with pgmq.read, which never waits, and when the queue has nothing visible it waits for a notification, the
+// reads and claims in one call (pgflow.read_and_start_tasks: one round trip, one row version per message), which
+// never waits, and when the queue has nothing visible it waits for a notification, the
 // time of the earliest announced delayed message, or ListenPollInterval (MaxPollWait if shorter) (waitForWake in
 // wake.go) and returns nothing, so the caller polls again at once. Otherwise
 // it waits inside pgmq.read_with_poll. After stop ended, read messages are not claimed: they become visible again
@@ -248,11 +250,11 @@ func (p *Poller) poll(stop, calls context.Context, n int) (read int, tasks []exe
 			Qty: n, MaxPollSeconds: p.cfg.MaxPollSeconds, PollIntervalMs: p.cfg.PollIntervalMs})
 	} else {
 		p.clearWake()
-		msgs, err = sqlapi.Read(stop, p.cfg.DB, sqlapi.ReadParams{Queue: p.cfg.Queue, VisibilitySeconds: p.cfg.VisibilitySeconds, Qty: n})
-		if err == nil && len(msgs) == 0 {
+		read, tasks, err = p.cfg.Claimer.ReadAndClaim(stop, calls, n, p.cfg.VisibilitySeconds)
+		if err == nil && read == 0 {
 			p.waitForWake(stop)
-			return 0, nil, nil
 		}
+		return read, tasks, err
 	}
 	if err != nil || len(msgs) == 0 || stop.Err() != nil {
 		return len(msgs), nil, err

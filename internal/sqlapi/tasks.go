@@ -209,6 +209,54 @@ func StartTasks(ctx context.Context, db Batcher, flowSlug, queue string, msgIDs 
 	return tasks, nil
 }
 
+// ReadAndStartTasks reads up to qty messages of queue and claims their tasks for flowSlug in one call,
+// pgflow.read_and_start_tasks: what Read and StartTasks do in two round trips and two row versions per message.
+// Messages read but not claimed are hidden for vtSeconds (as Read hides them) and returned in unclaimed, in
+// message id order; claimed tasks are ordered by message id. read is the number of messages read.
+func ReadAndStartTasks(ctx context.Context, db DBTX, flowSlug, queue, workerID string, qty, vtSeconds int) (
+	claimed []ClaimedTask, unclaimed []int64, read int, err error) {
+	rows, err := db.Query(ctx, `
+		select r.msg_id, r.claimed, r.flow_slug, r.run_id::text, r.step_slug, r.input, r.task_index, r.flow_input,
+		       r.attempt, r.timeout, r.max_attempts
+		  from pgflow.read_and_start_tasks(flow_slug => $1::text, queue_name => $2::text, worker_id => $3::uuid,
+		                                   qty => $4::integer, vt => $5::integer) as r`,
+		flowSlug, queue, workerID, qty, vtSeconds)
+	if err == nil {
+		var c ClaimedTask
+		var ok bool
+		var flow, run, step *string
+		var index, attempt, timeout, maxAttempts *int
+		_, err = pgx.ForEachRow(rows, []any{&c.MsgID, &ok, &flow, &run, &step, &c.Input, &index, &c.FlowInput,
+			&attempt, &timeout, &maxAttempts}, func() error {
+			read++
+			if !ok {
+				unclaimed = append(unclaimed, c.MsgID)
+				return nil
+			}
+			t := c
+			t.FlowSlug, t.RunID, t.StepSlug = deref(flow), deref(run), deref(step)
+			t.TaskIndex, t.Attempt, t.TimeoutSeconds, t.MaxAttempts = deref(index), deref(attempt), deref(timeout), deref(maxAttempts)
+			claimed = append(claimed, t)
+			c.Input, c.FlowInput = nil, nil // the next row's scan must not write into the slices just stored
+			return nil
+		})
+	}
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("pgflow.read_and_start_tasks(flow %q, queue %q, qty %d, vt %d, worker %s): %w",
+			flowSlug, queue, qty, vtSeconds, workerID, err)
+	}
+	return claimed, unclaimed, read, nil
+}
+
+// deref returns what p points to, or the zero value for nil (a SQL NULL).
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
 // Why a message read from a flow's queue was not claimed.
 const (
 	UnclaimedNoTask     = "no_task"     // no task of any flow has this (queue, message id)

@@ -1,0 +1,187 @@
+create or replace function pgflow.read_and_start_tasks(
+  flow_slug  text,
+  queue_name text,
+  worker_id  uuid,
+  qty        integer,
+  vt         integer
+)
+returns setof pgflow.read_task_record
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_queue_name  text;
+  v_qtable      text;
+  v_read        bigint[];
+  v_rows        tid[];
+  v_claimed     tid[];
+  v_claimed_ids bigint[];
+  v_offsets     integer[];
+begin
+  if read_and_start_tasks.qty is null or read_and_start_tasks.qty < 1 then
+    raise exception 'read_and_start_tasks: qty must be at least 1, got %', coalesce(read_and_start_tasks.qty::text, 'NULL')
+      using errcode = '22023';
+  end if;
+  if read_and_start_tasks.vt is null or read_and_start_tasks.vt < 0 then
+    raise exception 'read_and_start_tasks: vt must be 0 or more seconds, got %', coalesce(read_and_start_tasks.vt::text, 'NULL')
+      using errcode = '22023';
+  end if;
+  v_queue_name := lower(coalesce(read_and_start_tasks.queue_name, pgflow._default_queue_name(read_and_start_tasks.flow_slug)));
+  v_qtable := pgmq.format_table_name(v_queue_name, 'q');
+
+  -- The read, as pgmq.read picks: visible messages, oldest first, skipping rows another reader holds. They stay
+  -- locked until commit, so their one update below is this call's.
+  execute format(
+    $sql$
+    select coalesce(array_agg(p.msg_id order by p.msg_id), '{}')
+      from (select q.msg_id
+              from pgmq.%I as q
+             where q.vt <= clock_timestamp()
+             order by q.msg_id
+             limit $1
+               for update skip locked) as p
+    $sql$, v_qtable)
+    into v_read
+    using read_and_start_tasks.qty;
+  if cardinality(v_read) = 0 then
+    return;
+  end if;
+
+  -- The claim, as start_tasks: each id looked up by the unique key (queue_name, message_id), then the rows locked
+  -- (never waiting), re-checked and updated by physical address, so the cost follows the batch, not the backlog.
+  v_rows := array(
+    select t.row_address
+      from unnest(v_read) as m (id)
+      cross join lateral (
+        select t.ctid as row_address
+          from pgflow.step_tasks as t
+         where t.queue_name = v_queue_name
+           and t.message_id = m.id
+         limit 1) as t);
+
+  with candidates as (
+    select l.row_address
+      from unnest(v_rows) as k (row_address)
+      cross join lateral (
+        select t.ctid as row_address
+          from pgflow.step_tasks as t
+         where t.ctid = k.row_address
+           and t.queue_name = v_queue_name
+           and t.message_id = any (v_read)
+           and t.flow_slug = read_and_start_tasks.flow_slug
+           and t.status = 'queued'
+           and (select r.status from pgflow.runs as r where r.run_id = t.run_id) = 'started'
+           and (select ss.status
+                  from pgflow.step_states as ss
+                 where ss.run_id = t.run_id and ss.step_slug = t.step_slug) = 'started'
+           for update of t skip locked) as l
+  ),
+  claimed as (
+    update pgflow.step_tasks as t
+       set status = 'started',
+           attempts_count = t.attempts_count + 1,
+           started_at = now(),
+           last_worker_id = read_and_start_tasks.worker_id
+     where t.ctid = any (array(select c.row_address from candidates as c))
+    returning t.ctid as row_address, t.flow_slug, t.step_slug, t.message_id
+  )
+  select coalesce(array_agg(c.row_address), '{}'),
+         coalesce(array_agg(c.message_id), '{}'),
+         coalesce(array_agg(least(coalesce(s.opt_timeout, f.opt_timeout), 2147483645) + 2), '{}')
+    into v_claimed, v_claimed_ids, v_offsets
+    from claimed as c
+    join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
+    join pgflow.flows as f on f.flow_slug = c.flow_slug;
+
+  -- One update per message for the read and the claim together: a claimed message is hidden for its step's
+  -- timeout + 2 s (as start_tasks sets it), any other read message for vt seconds (as pgmq.read does); read_ct
+  -- counts the read.
+  execute format(
+    $sql$
+    update pgmq.%I as q
+       set vt = clock_timestamp() + make_interval(secs => coalesce(c.vt_offset, $3)),
+           read_ct = q.read_ct + 1
+      from unnest($1::bigint[]) as r (msg_id)
+      left join unnest($2::bigint[], $4::integer[]) as c (msg_id, vt_offset) on c.msg_id = r.msg_id
+     where q.msg_id = r.msg_id
+    $sql$, v_qtable)
+    using v_read, v_claimed_ids, read_and_start_tasks.vt, v_offsets;
+
+  return query
+    select m.id,
+           c.run_id is not null,
+           c.flow_slug,
+           c.run_id,
+           c.step_slug,
+           c.input,
+           c.task_index,
+           c.flow_input,
+           c.attempt,
+           c.timeout,
+           c.max_attempts
+      from unnest(v_read) as m (id)
+      left join (
+        select t.message_id,
+               t.flow_slug,
+               t.run_id,
+               t.step_slug,
+               case
+                 when s.step_type = 'map' and s.deps_count = 0 then r.input -> t.task_index
+                 when s.step_type = 'map' then (
+                   select dss.output -> t.task_index
+                     from pgflow.deps as d
+                     join pgflow.step_states as dss on dss.run_id = t.run_id and dss.step_slug = d.dep_slug
+                    where d.flow_slug = t.flow_slug and d.step_slug = t.step_slug
+                    limit 1)
+                 else coalesce(
+                   (select jsonb_object_agg(d.dep_slug, dss.output)
+                      from pgflow.deps as d
+                      join pgflow.step_states as dss on dss.run_id = t.run_id and dss.step_slug = d.dep_slug
+                     where d.flow_slug = t.flow_slug
+                       and d.step_slug = t.step_slug
+                       and dss.status = 'completed'),
+                   '{}'::jsonb)
+               end as input,
+               t.task_index,
+               case when s.step_type = 'single' and s.deps_count = 0 then r.input end as flow_input,
+               t.attempts_count as attempt,
+               coalesce(s.opt_timeout, f.opt_timeout) as timeout,
+               coalesce(s.opt_max_attempts, f.opt_max_attempts) as max_attempts
+          from pgflow.step_tasks as t
+          join pgflow.runs as r on r.run_id = t.run_id
+          join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+          join pgflow.flows as f on f.flow_slug = t.flow_slug
+         where t.ctid = any (v_claimed)) as c on c.message_id = m.id
+     order by m.id;
+end;
+$$;
+
+comment on function pgflow.read_and_start_tasks(flow_slug text, queue_name text, worker_id uuid, qty integer, vt integer) is $doc$
+pgflow.read_and_start_tasks(flow_slug, queue_name, worker_id, qty, vt) reads up to qty messages of queue_name and
+claims their tasks in one call (v0.20.0): pgmq.read(queue_name, vt, qty) followed by pgflow.start_tasks(flow_slug,
+<the ids read>, worker_id, queue_name), with one row version per message instead of two. It guarantees:
+  * the read picks as pgmq.read does: messages visible now, lowest msg_id first, at most qty, skipping messages
+    another transaction holds; each message read gets read_ct + 1;
+  * the claim is start_tasks' claim of the ids read: exactly the tasks whose stored identity is (queue_name, one of
+    those ids), that belong to flow_slug, are 'queued', and whose run and step are 'started', become 'started'
+    (attempts_count + 1, started_at now, last_worker_id = worker_id); a task is claimed at most once, and every
+    other message's task is left untouched;
+  * each message read is updated once: a claimed message becomes invisible for its step's effective timeout + 2 s
+    (at most 2147483647 s), as start_tasks sets it; a message read but not claimed (no task, a task of another
+    flow, a task already started or finished) becomes invisible for vt seconds, as pgmq.read would have hidden it,
+    and is otherwise left untouched (never archived or deleted);
+  * returns one pgflow.read_task_record per message read, ordered by msg_id: claimed true with the task's columns
+    as start_tasks returns them, plus attempt (the claim's attempts_count), timeout (the effective step timeout
+    in seconds) and max_attempts (the effective max attempts); claimed false and the task columns NULL for a
+    message read but not claimed (the caller may explain it);
+  * the cost grows with qty, never with the number of queued tasks or messages: messages are read oldest first
+    through the queue's primary key, tasks looked up by the unique key (queue_name, message_id) and updated by
+    physical address;
+  * queue_name NULL means the flow's default queue; it is compared in lower case. qty NULL or below 1 and vt NULL
+    or negative raise 22023 naming the value, before anything changes; an unknown queue raises 42P01 (the queue
+    table does not exist), as pgmq.read does.
+Like pgflow.set_vt_batch, it reads and updates the PGMQ queue table itself (msg_id, read_ct, vt only; the table
+name comes from pgmq.format_table_name, which validates it): PGMQ has no call that reads with per-message
+visibility timeouts.
+$doc$;

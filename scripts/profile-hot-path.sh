@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Per-transition accounting of the hot path (docs/performance.md, "Where a task's cost goes").
+#
+# Starts a throwaway durable cluster with pg_stat_statements and auto_explain, installs the schema with the CLI,
+# and for each scenario (one-step, chain, map over 100) drives the worker's SQL calls by hand from one session:
+# start RUNS runs (pgflow.start_flows), then rounds of pgmq.read, pgflow.start_tasks and pgflow.complete_tasks of
+# BATCH tasks each, until every run has finished. Each phase runs in its own transaction; before it commits, the
+# script reads pg_stat_xact_user_tables (rows inserted, updated - HOT or not - and deleted by this transaction,
+# per table) and the WAL position, so the figures are exact and need no quiet machine. At the end it prints
+# pg_stat_statements (nested statements included) and leaves auto_explain's plans (ANALYZE, BUFFERS, WAL of every
+# nested statement of one batch per phase) in the server log.
+#
+# Usage: scripts/profile-hot-path.sh [OUTDIR]      (env: RUNS=1000 BATCH=100 PORT=55990 PGFLOW=path/to/pgflow)
+set -euo pipefail
+
+out=${1:-$(mktemp -d /tmp/pgflow-profile.XXXXXX)}
+runs=${RUNS:-1000}
+batch=${BATCH:-100}
+port=${PORT:-55990}
+root=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$out"
+data="$out/data"
+
+pgflow=${PGFLOW:-}
+if [[ -z "$pgflow" ]]; then
+  pgflow="$out/pgflow"
+  (cd "$root/cmd/pgflow" && go build -o "$pgflow" .)
+fi
+
+# PostgreSQL refuses to run as root: then the server runs as the postgres user.
+as_server() { if [[ $EUID -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+if [[ $EUID -eq 0 ]]; then chown postgres "$out"; fi
+as_server initdb -D "$data" -U postgres --auth=trust >"$out/initdb.log"
+as_server tee -a "$data/postgresql.conf" >/dev/null <<EOF
+port = $port
+listen_addresses = ''
+unix_socket_directories = '$out'
+fsync = on
+synchronous_commit = on
+full_page_writes = on
+shared_buffers = 128MB
+shared_preload_libraries = 'pg_stat_statements'
+pg_stat_statements.track = all
+pg_stat_statements.track_utility = off
+pg_stat_statements.max = 5000
+track_functions = all
+autovacuum = off
+logging_collector = off
+EOF
+as_server pg_ctl -D "$data" -l "$out/server.log" -w start >/dev/null
+trap 'as_server pg_ctl -D "$data" -m immediate -w stop >/dev/null' EXIT
+
+url="postgres://postgres@/postgres?host=$out&port=$port&sslmode=disable"
+"$pgflow" migrate up --database-url "$url" >"$out/migrate.log"
+psql() { command psql -X -q -v ON_ERROR_STOP=1 -h "$out" -p "$port" -U postgres -d postgres "$@"; }
+
+psql <<'SQL'
+create extension pg_stat_statements;
+select pgflow.create_flow('prof_one_step', 3, 1, 60);
+select pgflow.add_step('prof_one_step', 'work');
+select pgflow.create_flow('prof_chain', 3, 1, 60);
+select pgflow.add_step('prof_chain', 'first');
+select pgflow.add_step('prof_chain', 'second', array['first']);
+select pgflow.add_step('prof_chain', 'third', array['second']);
+select pgflow.create_flow('prof_map', 3, 1, 60);
+select pgflow.add_step('prof_map', 'each', step_type => 'map');
+select pgflow.register_worker('00000000-0000-0000-0000-000000000001', 'prof_one_step', 'prof');
+select pgflow.register_worker('00000000-0000-0000-0000-000000000002', 'prof_chain', 'prof');
+select pgflow.register_worker('00000000-0000-0000-0000-000000000003', 'prof_map', 'prof');
+
+-- Per-table counts of the current transaction, as one line per table with something written.
+create function public.prof_xact() returns table (rel text, ins bigint, upd bigint, hot bigint, del bigint)
+language sql as $$
+  select schemaname || '.' || relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del
+    from pg_stat_xact_user_tables
+   where n_tup_ins + n_tup_upd + n_tup_del > 0
+   order by 1
+$$;
+create table public.prof_phase (
+  scenario text, phase text, tasks integer, rel text, ins bigint, upd bigint, hot bigint, del bigint);
+create table public.prof_wal (scenario text, phase text, tasks integer, wal_bytes numeric);
+create table public.prof_plans (done boolean);
+insert into public.prof_plans values (false);
+SQL
+
+# phase SCENARIO PHASE SQL: run SQL in one transaction (the SQL sets psql variable n to the tasks it handled) and
+# record its rows and WAL.
+phase() {
+  local scenario=$1 name=$2 body=$3
+  psql -v scenario="$scenario" -v phase="$name" <<SQL
+select pg_current_wal_insert_lsn() as lsn0 \gset
+begin;
+$body
+insert into public.prof_phase select :'scenario', :'phase', :n, x.* from public.prof_xact() as x
+ where x.rel not like 'public.prof_%';
+commit;
+insert into public.prof_wal values (:'scenario', :'phase', :n, pg_current_wal_insert_lsn() - :'lsn0'::pg_lsn);
+SQL
+}
+
+# Plans of one batch of each phase go to the server log (auto_explain, nested statements included).
+explain_on="load 'auto_explain'; set auto_explain.log_min_duration = 0; set auto_explain.log_analyze = on;
+set auto_explain.log_buffers = on; set auto_explain.log_wal = on; set auto_explain.log_nested_statements = on;
+set auto_explain.log_format = text;"
+
+scenario() {
+  local name=$1 flow=$2 queue=$2 worker=$3 input=$4 nruns=$5
+  psql -c "select pg_stat_statements_reset()" >/dev/null
+  phase "$name" start "
+    select count(*) as n from pgflow.start_flows('$flow',
+      array(select '$input'::jsonb from generate_series(1, $nruns))) \gset"
+  local round=0
+  while :; do
+    local explain=""
+    if ((round == 1)); then explain=$explain_on; fi
+    local left
+    left=$(psql -At -c "select count(*) from pgflow.runs where flow_slug = '$flow' and status = 'started'")
+    ((left == 0)) && break
+    psql -At -c "select coalesce(string_agg(m.msg_id::text, ','), '') from pgmq.read('$queue', 30, $batch) as m" \
+      >"$out/ids"
+    local ids
+    ids=$(cat "$out/ids")
+    # This read is not accounted (its ids are needed here); read_phase measures the same statement on its own.
+    if [[ -z "$ids" ]]; then
+      sleep 0.1
+      continue
+    fi
+    phase "$name" claim "$explain
+      select count(*) as n from pgflow.start_tasks('$flow', '{$ids}'::bigint[], '$worker', '$queue') \gset"
+    phase "$name" complete "$explain
+      select count(*) as n from pgflow.complete_tasks(
+        array(select run_id from pgflow.step_tasks where queue_name = '$queue' and message_id = any('{$ids}')
+               order by message_id),
+        array(select step_slug from pgflow.step_tasks where queue_name = '$queue' and message_id = any('{$ids}')
+               order by message_id),
+        array(select task_index from pgflow.step_tasks where queue_name = '$queue' and message_id = any('{$ids}')
+               order by message_id),
+        array(select '{\"ok\":true}'::jsonb from unnest('{$ids}'::bigint[])),
+        array(select attempts_count from pgflow.step_tasks where queue_name = '$queue' and message_id = any('{$ids}')
+               order by message_id)) \gset"
+    round=$((round + 1))
+  done
+  psql -At -F $'\t' >"$out/$name.statements.tsv" <<'SQL'
+select calls, rows, round(total_exec_time::numeric, 1) as ms, shared_blks_hit + shared_blks_read as blks,
+       shared_blks_dirtied as dirtied, wal_records, wal_bytes, regexp_replace(left(query, 160), '\s+', ' ', 'g')
+  from pg_stat_statements
+ where query not like '%prof_%' and query not like '%pg_stat%' and query not like '%pg_current_wal%'
+ order by total_exec_time desc
+ limit 40;
+SQL
+}
+
+# The read is a phase of its own: measure it separately on a fresh batch per scenario (same statement the worker
+# sends), so the claim and completion phases above stay exact.
+read_phase() {
+  local name=$1 flow=$2 input=$3 nruns=$4
+  psql -c "select count(*) from pgflow.start_flows('$flow', array(select '$input'::jsonb from generate_series(1, $nruns)))" >/dev/null
+  phase "$name" read "select count(*) as n from pgmq.read('$flow', 30, $batch) \gset"
+}
+
+scenario one-step prof_one_step 00000000-0000-0000-0000-000000000001 '{}' "$runs"
+scenario chain prof_chain 00000000-0000-0000-0000-000000000002 '{}' "$runs"
+map_input=$(python3 -c 'import json; print(json.dumps(list(range(100))))')
+scenario map prof_map 00000000-0000-0000-0000-000000000003 "$map_input" $((runs / 100))
+read_phase one-step prof_one_step '{}' "$batch"
+
+psql <<'SQL' | tee "$out/accounting.txt"
+\echo rows written per task (start: per run), by table; hot = HOT updates among upd
+select p.scenario, p.phase, p.rel,
+       round(sum(p.ins)::numeric / w.tasks, 2) as ins, round(sum(p.upd)::numeric / w.tasks, 2) as upd,
+       round(sum(p.hot)::numeric / w.tasks, 2) as hot, round(sum(p.del)::numeric / w.tasks, 2) as del
+  from public.prof_phase as p
+  join (select scenario, phase, sum(tasks) as tasks from public.prof_wal group by 1, 2) as w using (scenario, phase)
+ group by p.scenario, p.phase, p.rel, w.tasks
+ order by 1, 2, 3;
+\echo totals per task (start: per run)
+select w.scenario, w.phase, w.tasks,
+       round((select sum(p.ins + p.upd + p.del) from public.prof_phase as p
+               where p.scenario = w.scenario and p.phase = w.phase)::numeric / w.tasks, 2) as rows,
+       round(w.wal / w.tasks) as wal_bytes
+  from (select scenario, phase, sum(tasks) as tasks, sum(wal_bytes) as wal
+          from public.prof_wal group by 1, 2) as w
+ order by 1, 2;
+SQL
+echo "statements: $out/*.statements.tsv; plans: $out/server.log"
