@@ -3,14 +3,16 @@
 #
 # Starts a throwaway durable cluster with pg_stat_statements and auto_explain, installs the schema with the CLI,
 # and for each scenario (one-step, chain, map over 100) drives the worker's SQL calls by hand from one session:
-# start RUNS runs (pgflow.start_flows), then rounds of pgmq.read, pgflow.start_tasks and pgflow.complete_tasks of
-# BATCH tasks each, until every run has finished. Each phase runs in its own transaction; before it commits, the
+# start RUNS runs (pgflow.start_flows), then rounds of pgflow.read_and_start_tasks and pgflow.complete_tasks of
+# BATCH tasks each, until every run has finished (and, for comparison, one batch through pgflow's own path:
+# pgmq.read, then pgflow.start_tasks). Each phase runs in its own transaction; before it commits, the
 # script reads pg_stat_xact_user_tables (rows inserted, updated - HOT or not - and deleted by this transaction,
 # per table) and the WAL position, so the figures are exact and need no quiet machine. At the end it prints
 # pg_stat_statements (nested statements included) and leaves auto_explain's plans (ANALYZE, BUFFERS, WAL of every
 # nested statement of one batch per phase) in the server log.
 #
-# Usage: scripts/profile-hot-path.sh [OUTDIR]      (env: RUNS=1000 BATCH=100 PORT=55990 PGFLOW=path/to/pgflow)
+# Usage: scripts/profile-hot-path.sh [OUTDIR]
+# env: RUNS=1000 BATCH=100 PORT=55990 PGFLOW=path/to/pgflow EXPLAIN=1 (0: no plans, timings without auto_explain)
 set -euo pipefail
 
 out=${1:-$(mktemp -d /tmp/pgflow-profile.XXXXXX)}
@@ -112,32 +114,26 @@ scenario() {
   local round=0
   while :; do
     local explain=""
-    if ((round == 1)); then explain=$explain_on; fi
+    if ((round == 1)) && [[ ${EXPLAIN:-1} == 1 ]]; then explain=$explain_on; fi
     local left
     left=$(psql -At -c "select count(*) from pgflow.runs where flow_slug = '$flow' and status = 'started'")
     ((left == 0)) && break
-    psql -At -c "select coalesce(string_agg(m.msg_id::text, ','), '') from pgmq.read('$queue', 30, $batch) as m" \
-      >"$out/ids"
-    local ids
-    ids=$(cat "$out/ids")
-    # This read is not accounted (its ids are needed here); read_phase measures the same statement on its own.
-    if [[ -z "$ids" ]]; then
+    # What a listening worker sends: read and claim in one call, then complete the claimed tasks.
+    phase "$name" claim "$explain
+      select count(*) filter (where claimed) as n
+        from pgflow.read_and_start_tasks('$flow', '$queue', '$worker', $batch, 30) \gset"
+    if [[ $(psql -At -c "select count(*) from pgflow.step_tasks where flow_slug = '$flow' and status = 'started'") == 0 ]]; then
       sleep 0.1
       continue
     fi
-    phase "$name" claim "$explain
-      select count(*) as n from pgflow.start_tasks('$flow', '{$ids}'::bigint[], '$worker', '$queue') \gset"
     phase "$name" complete "$explain
+      with t as (
+        select run_id, step_slug, task_index, attempts_count
+          from pgflow.step_tasks where flow_slug = '$flow' and status = 'started'
+         order by message_id)
       select count(*) as n from pgflow.complete_tasks(
-        array(select run_id from pgflow.step_tasks where queue_name = '$queue' and message_id = any('{$ids}')
-               order by message_id),
-        array(select step_slug from pgflow.step_tasks where queue_name = '$queue' and message_id = any('{$ids}')
-               order by message_id),
-        array(select task_index from pgflow.step_tasks where queue_name = '$queue' and message_id = any('{$ids}')
-               order by message_id),
-        array(select '{\"ok\":true}'::jsonb from unnest('{$ids}'::bigint[])),
-        array(select attempts_count from pgflow.step_tasks where queue_name = '$queue' and message_id = any('{$ids}')
-               order by message_id)) \gset"
+        array(select run_id from t), array(select step_slug from t), array(select task_index from t),
+        array(select '{\"ok\":true}'::jsonb from t), array(select attempts_count from t)) \gset"
     round=$((round + 1))
   done
   psql -At -F $'\t' >"$out/$name.statements.tsv" <<'SQL'
@@ -150,19 +146,24 @@ select calls, rows, round(total_exec_time::numeric, 1) as ms, shared_blks_hit + 
 SQL
 }
 
-# The read is a phase of its own: measure it separately on a fresh batch per scenario (same statement the worker
-# sends), so the claim and completion phases above stay exact.
-read_phase() {
-  local name=$1 flow=$2 input=$3 nruns=$4
+# pgflow's own path, for comparison: pgmq.read, then start_tasks of the ids read (two transactions), on a fresh
+# batch of one-step runs.
+pgflow_path() {
+  local name=$1 flow=$2 worker=$3 input=$4 nruns=$5
   psql -c "select count(*) from pgflow.start_flows('$flow', array(select '$input'::jsonb from generate_series(1, $nruns)))" >/dev/null
-  phase "$name" read "select count(*) as n from pgmq.read('$flow', 30, $batch) \gset"
+  psql -At -c "select coalesce(string_agg(m.msg_id::text, ','), '') from pgmq.read('$flow', 30, 1) as m" >/dev/null
+  phase "$name" pgmq.read "select count(*) as n from pgmq.read('$flow', 30, $batch) as m \gset"
+  local ids
+  ids=$(psql -At -c "select string_agg(message_id::text, ',') from pgflow.step_tasks
+                      where flow_slug = '$flow' and status = 'queued'")
+  phase "$name" start_tasks "select count(*) as n from pgflow.start_tasks('$flow', '{$ids}'::bigint[], '$worker', '$flow') \gset"
 }
 
 scenario one-step prof_one_step 00000000-0000-0000-0000-000000000001 '{}' "$runs"
 scenario chain prof_chain 00000000-0000-0000-0000-000000000002 '{}' "$runs"
 map_input=$(python3 -c 'import json; print(json.dumps(list(range(100))))')
 scenario map prof_map 00000000-0000-0000-0000-000000000003 "$map_input" $((runs / 100))
-read_phase one-step prof_one_step '{}' "$batch"
+pgflow_path one-step prof_one_step 00000000-0000-0000-0000-000000000001 '{}' "$((batch + 1))"
 
 psql <<'SQL' | tee "$out/accounting.txt"
 \echo rows written per task (start: per run), by table; hot = HOT updates among upd

@@ -106,8 +106,8 @@ func TestConstraintAndIndexNames(t *testing.T) {
 		// (covered by the primary keys and the queue identity key; docs/pgflow-differences.md).
 		"step_states: idx_step_states_failed idx_step_states_flow_slug idx_step_states_ready " +
 			"idx_step_states_skipped step_states_pkey",
-		"step_tasks: idx_step_tasks_completed idx_step_tasks_failed idx_step_tasks_last_worker " +
-			"idx_step_tasks_queued idx_step_tasks_queued_msg idx_step_tasks_started step_tasks_pkey " +
+		// v0.20.0 dropped idx_step_tasks_queued, idx_step_tasks_queued_msg and idx_step_tasks_completed (the same).
+		"step_tasks: idx_step_tasks_failed idx_step_tasks_last_worker idx_step_tasks_started step_tasks_pkey " +
 			"step_tasks_queue_name_message_id_key",
 		"steps: steps_flow_slug_step_index_key steps_pkey",
 		"worker_functions: worker_functions_pkey",

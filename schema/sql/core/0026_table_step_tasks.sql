@@ -55,12 +55,13 @@ comment on column pgflow.step_tasks.queue_name is
   'Canonical lower-case name of the PGMQ queue that holds this task''s message, copied from its step when the task was created.';
 
 -- Every index here is paid for by every row version: a task is written three times (queued, started, finished) and
--- none of those updates can be HOT. pgflow's idx_step_tasks_message_id (message_id) and idx_step_tasks_flow_run_step
--- (flow_slug, run_id, step_slug) are left out: lookups by message id go through step_tasks_queue_name_message_id_key,
--- lookups by run through step_tasks_pkey (docs/pgflow-differences.md).
-create index idx_step_tasks_queued on pgflow.step_tasks (run_id, step_slug) where status = 'queued';
-create index idx_step_tasks_completed on pgflow.step_tasks (run_id, step_slug) where status = 'completed';
+-- none of those updates can be HOT (status is in the partial indexes' predicates). pgflow's
+-- idx_step_tasks_message_id (message_id) and idx_step_tasks_flow_run_step (flow_slug, run_id, step_slug) are left
+-- out since v0.19.0, idx_step_tasks_queued (run_id, step_slug) where queued, idx_step_tasks_queued_msg
+-- (message_id) where queued and idx_step_tasks_completed (run_id, step_slug) where completed since v0.20.0: lookups
+-- by message id go through step_tasks_queue_name_message_id_key, lookups by run and step through step_tasks_pkey
+-- (docs/pgflow-differences.md). The ones left serve what only they can: stalled and per-worker started tasks, and
+-- a run's failed tasks.
 create index idx_step_tasks_failed on pgflow.step_tasks (run_id, step_slug) where status = 'failed';
 create index idx_step_tasks_started on pgflow.step_tasks (started_at) where status = 'started';
-create index idx_step_tasks_queued_msg on pgflow.step_tasks (message_id) where status = 'queued';
 create index idx_step_tasks_last_worker on pgflow.step_tasks (last_worker_id) where status = 'started';

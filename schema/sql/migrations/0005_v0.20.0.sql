@@ -54,6 +54,12 @@ create index idx_runs_flow_slug on pgflow.runs (flow_slug, started_at, run_id);
 create index idx_runs_status on pgflow.runs (status, started_at, run_id);
 create index idx_runs_started_at on pgflow.runs (started_at, run_id);
 
+-- Three step_tasks indexes fewer (see sql/core/0026_table_step_tasks.sql): every task paid two index entries when
+-- queued and one when completed for indexes whose lookups the primary key and the queue identity key serve.
+drop index pgflow.idx_step_tasks_queued;
+drop index pgflow.idx_step_tasks_queued_msg;
+drop index pgflow.idx_step_tasks_completed;
+
 -- Runs that failed before v0.20.0 look finished too: their unfinished steps are skipped (run_failed), their
 -- unfinished tasks cancelled (their messages were archived when the run failed), and remaining_steps counts what
 -- is neither completed nor skipped. No event is emitted for this.
