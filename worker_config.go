@@ -50,8 +50,8 @@ type WorkerConfig struct {
 	WorkerID string
 	// PollOnly turns off waking on queue notifications. By default the worker listens on one extra connection
 	// for pgflow:queue:<queue> notifications (sent by the schema since v0.18.0 when steps start) and reads its
-	// queue with pgmq.read as soon as new messages are announced; with nothing announced it reads every 2 s (or
-	// every MaxPollWait, if shorter), which finds messages that become visible without a notification (delayed
+	// queue and claims the tasks in one call (pgflow.read_and_start_tasks) as soon as new messages are
+	// announced; with nothing announced it reads every 2 s (or every MaxPollWait, if shorter), which finds messages that become visible without a notification (delayed
 	// starts, retries after their backoff, tasks of crashed workers). With PollOnly, while the listener is
 	// disconnected, or on a schema older than v0.18.0, the worker instead waits inside pgmq.read_with_poll, which
 	// reads the queue every PollInterval in the database. Set it when the worker's connections go through a

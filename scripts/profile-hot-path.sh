@@ -13,6 +13,7 @@
 #
 # Usage: scripts/profile-hot-path.sh [OUTDIR]
 # env: RUNS=1000 BATCH=100 PORT=55990 PGFLOW=path/to/pgflow EXPLAIN=1 (0: no plans, timings without auto_explain)
+#      EXPLAIN_ROUND=1 (the batch whose plans are logged) SCENARIOS=one-step,chain,map
 set -euo pipefail
 
 out=${1:-$(mktemp -d /tmp/pgflow-profile.XXXXXX)}
@@ -80,62 +81,90 @@ language sql as $$
 $$;
 create table public.prof_phase (
   scenario text, phase text, tasks integer, rel text, ins bigint, upd bigint, hot bigint, del bigint);
-create table public.prof_wal (scenario text, phase text, tasks integer, wal_bytes numeric);
+create table public.prof_wal (scenario text, phase text, tasks integer, wal_bytes numeric, cpu_ns numeric);
 create table public.prof_plans (done boolean);
 insert into public.prof_plans values (false);
 SQL
 
 # phase SCENARIO PHASE SQL: run SQL in one transaction (the SQL sets psql variable n to the tasks it handled) and
-# record its rows and WAL.
-phase() {
+# record its rows, WAL and the backend's CPU time (from /proc/<pid>/schedstat, nanoseconds on a CPU: the work of
+# the statements and the commit, not counting the reading of the counters in between).
+phase_sql() {
   local scenario=$1 name=$2 body=$3
-  psql -v scenario="$scenario" -v phase="$name" <<SQL
-select pg_current_wal_insert_lsn() as lsn0 \gset
+  # A session's table counters (pg_stat_xact_*) also hold its earlier transactions' counts until the session
+  # publishes them, which it does only when idle outside a transaction: the phase's rows are the difference of
+  # two readings inside its transaction. WAL and CPU leave out the readings' own work.
+  cat <<SQL
+\set scenario '$scenario'
+\set phase '$name'
+select pg_backend_pid() as pid \gset
 begin;
+insert into public.prof_phase select :'scenario', :'phase', 0, x.rel, -x.ins, -x.upd, -x.hot, -x.del
+  from public.prof_xact() as x where x.rel not like 'public.prof_%';
+select pg_current_wal_insert_lsn() as w0 \gset
+\set t0 \`awk '{print \$1}' /proc/:pid/schedstat\`
 $body
+\set t1 \`awk '{print \$1}' /proc/:pid/schedstat\`
+select pg_current_wal_insert_lsn() as w1 \gset
 insert into public.prof_phase select :'scenario', :'phase', :n, x.* from public.prof_xact() as x
  where x.rel not like 'public.prof_%';
+select pg_current_wal_insert_lsn() as w2 \gset
+\set t2 \`awk '{print \$1}' /proc/:pid/schedstat\`
 commit;
-insert into public.prof_wal values (:'scenario', :'phase', :n, pg_current_wal_insert_lsn() - :'lsn0'::pg_lsn);
+\set t3 \`awk '{print \$1}' /proc/:pid/schedstat\`
+insert into public.prof_wal values (:'scenario', :'phase', :n,
+  (:'w1'::pg_lsn - :'w0'::pg_lsn) + (pg_current_wal_insert_lsn() - :'w2'::pg_lsn), (:t1 - :t0) + (:t3 - :t2));
 SQL
 }
+phase() { phase_sql "$@" | psql; }
 
 # Plans of one batch of each phase go to the server log (auto_explain, nested statements included).
 explain_on="load 'auto_explain'; set auto_explain.log_min_duration = 0; set auto_explain.log_analyze = on;
 set auto_explain.log_buffers = on; set auto_explain.log_wal = on; set auto_explain.log_nested_statements = on;
 set auto_explain.log_format = text;"
+explain_off="set auto_explain.log_min_duration = -1;"
 
 scenario() {
-  local name=$1 flow=$2 queue=$2 worker=$3 input=$4 nruns=$5
+  local name=$1 flow=$2 queue=$2 worker=$3 input=$4 nruns=$5 per_run=$6
+  local script="$out/$name.sql"
   psql -c "select pg_stat_statements_reset()" >/dev/null
-  phase "$name" start "
+  # One session for the whole scenario, as a worker's pooled connection: plans are made once, not per batch.
+  phase_sql "$name" start "
     select count(*) as n from pgflow.start_flows('$flow',
-      array(select '$input'::jsonb from generate_series(1, $nruns))) \gset"
-  local round=0
-  while :; do
+      array(select '$input'::jsonb from generate_series(1, $nruns))) \gset" >"$script"
+  local rounds=$(((nruns * per_run + batch - 1) / batch + 2)) round
+  for ((round = 0; round < rounds; round++)); do
     local explain=""
-    if ((round == 1)) && [[ ${EXPLAIN:-1} == 1 ]]; then explain=$explain_on; fi
-    local left
-    left=$(psql -At -c "select count(*) from pgflow.runs where flow_slug = '$flow' and status = 'started'")
-    ((left == 0)) && break
+    local at=${EXPLAIN_ROUND:-1}
+    if ((round == at)) && [[ ${EXPLAIN:-1} == 1 ]]; then explain=$explain_on; fi
+    if ((round == at + 1)); then echo "$explain_off" >>"$script"; fi
     # What a listening worker sends: read and claim in one call, then complete the claimed tasks.
-    phase "$name" claim "$explain
-      select count(*) filter (where claimed) as n
-        from pgflow.read_and_start_tasks('$flow', '$queue', '$worker', $batch, 30) \gset"
-    if [[ $(psql -At -c "select count(*) from pgflow.step_tasks where flow_slug = '$flow' and status = 'started'") == 0 ]]; then
-      sleep 0.1
-      continue
-    fi
-    phase "$name" complete "$explain
+    if [[ $combined == t ]]; then
+      phase_sql "$name" claim "$explain
+        select count(*) filter (where claimed) as n
+          from pgflow.read_and_start_tasks('$flow', '$queue', '$worker', $batch, 30) \gset"
+    else
+      # A schema before read_and_start_tasks: pgmq.read and start_tasks, accounted as one phase.
+      phase_sql "$name" claim "$explain
+        select count(*) as n from pgflow.start_tasks('$flow',
+          array(select m.msg_id from pgmq.read('$queue', 30, $batch) as m), '$worker', '$queue') \gset"
+    fi >>"$script"
+    phase_sql "$name" complete "
       with t as (
         select run_id, step_slug, task_index, attempts_count
-          from pgflow.step_tasks where flow_slug = '$flow' and status = 'started'
+          from pgflow.step_tasks where last_worker_id = '$worker' and status = 'started'
          order by message_id)
       select count(*) as n from pgflow.complete_tasks(
         array(select run_id from t), array(select step_slug from t), array(select task_index from t),
-        array(select '{\"ok\":true}'::jsonb from t), array(select attempts_count from t)) \gset"
-    round=$((round + 1))
+        array(select '{\"ok\":true}'::jsonb from t), array(select attempts_count from t)) \gset" >>"$script"
   done
+  psql -f "$script"
+  local left
+  left=$(psql -At -c "select count(*) from pgflow.runs where flow_slug = '$flow' and status <> 'completed'")
+  if ((left != 0)); then
+    echo "profile-hot-path: $left runs of $flow did not complete" >&2
+    exit 1
+  fi
   psql -At -F $'\t' >"$out/$name.statements.tsv" <<'SQL'
 select calls, rows, round(total_exec_time::numeric, 1) as ms, shared_blks_hit + shared_blks_read as blks,
        shared_blks_dirtied as dirtied, wal_records, wal_bytes, regexp_replace(left(query, 160), '\s+', ' ', 'g')
@@ -159,10 +188,18 @@ pgflow_path() {
   phase "$name" start_tasks "select count(*) as n from pgflow.start_tasks('$flow', '{$ids}'::bigint[], '$worker', '$flow') \gset"
 }
 
-scenario one-step prof_one_step 00000000-0000-0000-0000-000000000001 '{}' "$runs"
-scenario chain prof_chain 00000000-0000-0000-0000-000000000002 '{}' "$runs"
+combined=$(psql -At -c "select to_regprocedure('pgflow.read_and_start_tasks(text,text,uuid,integer,integer)') is not null")
+only=${SCENARIOS:-one-step,chain,map}
+if [[ ,$only, == *,one-step,* ]]; then
+  scenario one-step prof_one_step 00000000-0000-0000-0000-000000000001 '{}' "$runs" 1
+fi
+if [[ ,$only, == *,chain,* ]]; then
+  scenario chain prof_chain 00000000-0000-0000-0000-000000000002 '{}' "$runs" 3
+fi
 map_input=$(python3 -c 'import json; print(json.dumps(list(range(100))))')
-scenario map prof_map 00000000-0000-0000-0000-000000000003 "$map_input" $((runs / 100))
+if [[ ,$only, == *,map,* ]]; then
+  scenario map prof_map 00000000-0000-0000-0000-000000000003 "$map_input" $((runs / 100)) 100
+fi
 pgflow_path one-step prof_one_step 00000000-0000-0000-0000-000000000001 '{}' "$((batch + 1))"
 
 psql <<'SQL' | tee "$out/accounting.txt"
@@ -178,8 +215,9 @@ select p.scenario, p.phase, p.rel,
 select w.scenario, w.phase, w.tasks,
        round((select sum(p.ins + p.upd + p.del) from public.prof_phase as p
                where p.scenario = w.scenario and p.phase = w.phase)::numeric / w.tasks, 2) as rows,
-       round(w.wal / w.tasks) as wal_bytes
-  from (select scenario, phase, sum(tasks) as tasks, sum(wal_bytes) as wal
+       round(w.wal / w.tasks) as wal_bytes,
+       round(w.cpu / w.tasks / 1000) as cpu_us
+  from (select scenario, phase, sum(tasks) as tasks, sum(wal_bytes) as wal, sum(cpu_ns) as cpu
           from public.prof_wal group by 1, 2) as w
  order by 1, 2;
 SQL
