@@ -210,6 +210,7 @@ select p.scenario, p.phase, p.rel,
   from public.prof_phase as p
   join (select scenario, phase, sum(tasks) as tasks from public.prof_wal group by 1, 2) as w using (scenario, phase)
  group by p.scenario, p.phase, p.rel, w.tasks
+having sum(p.ins) <> 0 or sum(p.upd) <> 0 or sum(p.del) <> 0
  order by 1, 2, 3;
 \echo totals per task (start: per run)
 select w.scenario, w.phase, w.tasks,

@@ -1,6 +1,7 @@
 // Package claimer claims the tasks behind messages read from a queue (pgflow.start_tasks, by the stored queue
-// identity, or pgflow.read_and_start_tasks, which reads and claims in one call) and explains, by identity only, the messages it could not claim. It knows the executor's Task (what
-// it produces) and package sqlapi, nothing above.
+// identity, or pgflow.read_and_start_tasks, which reads and claims in one call) and explains, by identity only,
+// the messages it could not claim. It knows the executor's Task (what it produces) and package sqlapi, nothing
+// above.
 package claimer
 
 import (

@@ -238,9 +238,9 @@ func (p *Poller) listening() bool {
 
 // poll reads up to n messages and claims their tasks; it returns how many messages it read. A listening poller
 // reads and claims in one call (pgflow.read_and_start_tasks: one round trip, one row version per message), which
-// never waits, and when the queue has nothing visible it waits for a notification, the
-// time of the earliest announced delayed message, or ListenPollInterval (MaxPollWait if shorter) (waitForWake in
-// wake.go) and returns nothing, so the caller polls again at once. Otherwise
+// never waits, and when the queue has nothing visible it waits for a notification, the time of the earliest
+// announced delayed message, or ListenPollInterval (MaxPollWait if shorter) (waitForWake in wake.go) and returns
+// nothing, so the caller polls again at once. Otherwise
 // it waits inside pgmq.read_with_poll. After stop ended, read messages are not claimed: they become visible again
 // after the visibility timeout and another worker takes them.
 func (p *Poller) poll(stop, calls context.Context, n int) (read int, tasks []executor.Task, err error) {
