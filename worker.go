@@ -21,6 +21,7 @@ import (
 	"github.com/pgflow-go/pgflow/internal/observe"
 	"github.com/pgflow-go/pgflow/internal/pgerr"
 	"github.com/pgflow-go/pgflow/internal/poller"
+	"github.com/pgflow-go/pgflow/internal/scheduler"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
 	"github.com/pgflow-go/pgflow/internal/taskrun"
 )
@@ -236,7 +237,7 @@ func (w *Worker) startup(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return w.upsertSchedules(ctx)
 }
 
 // retryStartup runs fn until it succeeds, fails permanently, or ctx ends (then it returns ctx's error).
@@ -325,6 +326,7 @@ func (w *Worker) launch(ctx context.Context) {
 	if !w.cfg.maintenanceOff {
 		bg.Go(func() { maintenance.RequeueStalled(loop, w.pool, w.cfg.MaintenanceInterval, w.log) })
 	}
+	bg.Go(func() { scheduler.New(scheduler.Config{DB: w.pool, Logger: w.log}).Run(loop) })
 
 	w.mu.Lock()
 	w.running = true

@@ -63,7 +63,12 @@ type WorkerConfig struct {
 	Logger *slog.Logger
 	// Hooks observes polls, claimed tasks, handler runs and task outcomes, e.g. for metrics and traces
 	// (packages pgflowprom and pgflowotel); MultiHooks combines several. Default: none.
-	Hooks Hooks
+	Hooks Hooks	// Schedules are cron schedules (NewSchedule) the worker writes to pgflow.schedules at startup, after compiling
+	// its flows: new ones are created, changed ones updated (a changed timetable starts at the worker's start, so
+	// no burst of old ticks fires), paused ones stay paused. A schedule's flow must exist in the database (serve it
+	// in Flows or compile it elsewhere). Every worker - with or without Schedules - fires the due ticks of every
+	// schedule of the database, one worker at a time under an advisory lock; see docs/schedules.md.
+	Schedules []*Schedule
 }
 
 // WorkerFlow is one flow a Worker serves.
@@ -184,6 +189,17 @@ func (c WorkerConfig) resolve() (resolvedConfig, error) {
 			bad(fmt.Sprintf("Flows[%d].MaxConcurrent", i), f.MaxConcurrent, "must be >= 0 (0 means no limit of its own)")
 		}
 		seen[strings.ToLower(core.slug)] = true
+	}
+	seenSchedules := map[string]bool{}
+	for i, sc := range r.Schedules {
+		switch {
+		case sc == nil:
+			bad(fmt.Sprintf("Schedules[%d]", i), "nil", "create schedules with NewSchedule")
+		case seenSchedules[sc.name]:
+			bad(fmt.Sprintf("Schedules[%d]", i), fmt.Sprintf("%q", sc.name), "is listed more than once")
+		default:
+			seenSchedules[sc.name] = true
+		}
 	}
 	if len(errs) > 0 {
 		return resolvedConfig{}, errors.Join(errs...)

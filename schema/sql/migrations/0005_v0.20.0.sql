@@ -81,6 +81,69 @@ update pgflow.runs as r
                              and ss.status not in ('completed', 'skipped'))
  where r.status = 'failed';
 
+-- Schedules (issue 15): cron schedules that start runs; the table as in sql/core/0028_table_schedules.sql.
+-- pgflow.schedules (v0.20.0, pgflow-go only): flows started on a cron schedule with a fixed input. Workers write
+-- the definition columns at startup (pgflow.upsert_schedule); operators own paused (pause_schedule /
+-- resume_schedule). Whichever worker holds the scheduler's advisory lock fires due ticks through
+-- pgflow.fire_schedule_tick, which refuses every tick at or before last_tick, so each tick starts at most one run.
+-- The cron expression is parsed by the workers (Go), not by SQL: the database stores it as text.
+create table pgflow.schedules (
+  schedule_name text        not null,
+  flow_slug     text        not null,
+  cron          text        not null,
+  time_zone     text        not null default 'UTC',
+  input         jsonb       not null,
+  missed        text        not null default 'skip',
+  max_catch_up  int         not null default 10,
+  paused        boolean     not null default false,
+  last_tick     timestamptz not null,
+  last_run_id   uuid,
+  next_tick     timestamptz,
+  created_at    timestamptz not null default now(),
+  updated_at    timestamptz not null default now(),
+  paused_at     timestamptz,
+  constraint schedules_pkey primary key (schedule_name),
+  constraint schedules_flow_slug_fkey foreign key (flow_slug) references pgflow.flows (flow_slug),
+  constraint schedules_name_is_valid check (pgflow.is_valid_slug(schedule_name)),
+  constraint schedules_cron_not_empty check (btrim(cron) <> ''),
+  constraint schedules_missed_is_valid check (missed in ('skip', 'catch_up')),
+  constraint schedules_max_catch_up_in_range check (max_catch_up between 1 and 1000),
+  constraint schedules_paused_at_only_when_paused check (paused or paused_at is null)
+);
+
+create index idx_schedules_flow_slug on pgflow.schedules (flow_slug);
+
+comment on table pgflow.schedules is
+  'Cron schedules that start runs of a flow with a fixed input; one row per schedule name.';
+comment on column pgflow.schedules.schedule_name is
+  'Name of the schedule (a slug); part of every run id the schedule derives (pgflow.schedule_run_id).';
+comment on column pgflow.schedules.flow_slug is
+  'Flow a tick starts.';
+comment on column pgflow.schedules.cron is
+  'Cron expression as written in the Go code: 5 fields, 6 with a leading seconds field, or a descriptor (@daily, @every 90m). Parsed by the workers.';
+comment on column pgflow.schedules.time_zone is
+  'IANA time zone the cron expression is read in (e.g. Europe/Berlin).';
+comment on column pgflow.schedules.input is
+  'Input of every run the schedule starts.';
+comment on column pgflow.schedules.missed is
+  'What happens to ticks that passed while no worker ran: skip (only the most recent due tick fires) or catch_up (every due tick fires in order, at most max_catch_up of them, the most recent ones).';
+comment on column pgflow.schedules.max_catch_up is
+  'Most ticks fired in one pass when missed = catch_up.';
+comment on column pgflow.schedules.paused is
+  'Operator state: a paused schedule fires nothing. Worker startups never change it.';
+comment on column pgflow.schedules.last_tick is
+  'Horizon: only ticks after it fire. The last fired tick, or when the schedule was created, its cron or zone changed, or it was resumed (ticks before those moments never fire).';
+comment on column pgflow.schedules.last_run_id is
+  'Run started by the most recent fired tick; NULL before the first.';
+comment on column pgflow.schedules.next_tick is
+  'Next tick as last computed by a worker (informational, for list views); NULL when unknown.';
+comment on column pgflow.schedules.created_at is
+  'When the schedule was first written.';
+comment on column pgflow.schedules.updated_at is
+  'When a worker last changed its definition (or an operator paused or resumed it).';
+comment on column pgflow.schedules.paused_at is
+  'When the schedule was paused; NULL while it is active.';
+
 -- New and changed functions, generated from sql/core (`go generate ./schema`).
 
 -- generated from sql/core: 0010_function_schema_version.sql
@@ -99,6 +162,42 @@ pgflow.schema_version() guarantees (since v0.20.0): returns the version of the p
 database, e.g. '0.20.0' - the version of the newest migration applied (each migration redefines it). Clients and
 workers check it once at startup and refuse to run against an older schema ("run `pgflow migrate up`"); a
 database without this function is older than v0.20.0.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0010_function_schedule_run_id.sql
+create or replace function pgflow.schedule_run_id(schedule_name text, tick timestamptz)
+returns uuid
+language sql
+immutable
+strict
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+  -- Version 5 layout (name-based, SHA-based): the first 16 bytes of a SHA-256, with the version nibble set to 5
+  -- and the variant bits to 10. The tick is rendered in UTC with microseconds, so the session's TimeZone never
+  -- changes the id.
+  with h as (
+    select encode(sha256(convert_to(
+             'pgflow-schedule:' || schedule_name || ':'
+             || to_char(tick at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+             'UTF8')), 'hex') as x
+  )
+  select (substr(h.x, 1, 12) || '5'
+          || substr(h.x, 14, 3)
+          || substr('89ab',
+               (('x' || substr(h.x, 17, 1))::bit(4)::int & 3)
+               + 1, 1)
+          || substr(h.x, 18, 15))::uuid
+    from h
+$$;
+
+comment on function pgflow.schedule_run_id(schedule_name text, tick timestamptz) is $doc$
+pgflow.schedule_run_id(schedule_name, tick) guarantees (v0.20.0): the run id a schedule's tick starts, derived
+only from the two arguments - the same schedule and tick always give the same id, in every session and time
+zone, so a tick fired twice (two workers, a retried transaction) collides on runs_pkey instead of starting a
+second run. A version-5-style UUID: the first 16 bytes of sha256('pgflow-schedule:<name>:<tick in UTC as
+YYYY-MM-DDTHH:MI:SS.USZ>'), version nibble 5, RFC 4122 variant. Immutable; NULL for a NULL argument.
 $doc$;
 -- end generated
 
@@ -2477,6 +2576,289 @@ Element i of the four arrays names one task and the attempt the caller holds. It
   * returns one row per array element: its 1-based position and whether this call released the task;
   * arrays of different lengths raise an error naming the four lengths (22023) before anything changes; NULL or
     empty arrays release nothing and return nothing.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_fire_schedule_tick.sql
+create or replace function pgflow.fire_schedule_tick(schedule_name text, tick timestamptz,
+                                                     next_tick timestamptz default null)
+returns uuid
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_sched  pgflow.schedules;
+  v_run_id uuid;
+begin
+  if fire_schedule_tick.tick is null then
+    raise exception 'schedule %: tick is NULL', coalesce(quote_literal(fire_schedule_tick.schedule_name), 'NULL')
+      using errcode = '22004';
+  end if;
+
+  -- The row lock serialises every firing of one schedule (and pause, resume and upsert): a second caller waits,
+  -- then sees the advanced last_tick.
+  select s.* into v_sched
+    from pgflow.schedules as s
+   where s.schedule_name = fire_schedule_tick.schedule_name
+     for update;
+  if not found then
+    raise exception 'schedule % does not exist', coalesce(quote_literal(fire_schedule_tick.schedule_name), 'NULL')
+      using errcode = 'P0002';
+  end if;
+
+  if v_sched.paused or fire_schedule_tick.tick <= v_sched.last_tick then
+    return null;
+  end if;
+
+  v_run_id := pgflow.schedule_run_id(v_sched.schedule_name, fire_schedule_tick.tick);
+  begin
+    perform pgflow.start_flow(v_sched.flow_slug, v_sched.input, v_run_id);
+  exception when unique_violation then
+    -- Only a run with this tick's id can collide: the tick already started its run (e.g. the row was deleted
+    -- and written again). Never a second run.
+    if not exists (select 1 from pgflow.runs as r where r.run_id = v_run_id) then
+      raise;
+    end if;
+    v_run_id := null;
+  end;
+
+  update pgflow.schedules as s
+     set last_tick = fire_schedule_tick.tick,
+         last_run_id = coalesce(v_run_id, s.last_run_id),
+         next_tick = fire_schedule_tick.next_tick
+   where s.schedule_name = v_sched.schedule_name;
+  return v_run_id;
+end;
+$$;
+
+comment on function pgflow.fire_schedule_tick(schedule_name text, tick timestamptz, next_tick timestamptz) is $doc$
+pgflow.fire_schedule_tick(schedule_name, tick, next_tick) guarantees (v0.20.0; SECURITY INVOKER: the caller needs
+what pgflow_worker has), in the caller's transaction:
+  * NULL tick: SQLSTATE 22004; unknown schedule (or NULL name): P0002 'schedule <name> does not exist';
+  * the schedule row is locked first, so concurrent firings of one schedule are serialised;
+  * a paused schedule, or a tick at or before last_tick, starts nothing and changes nothing; returns NULL;
+  * otherwise exactly one run of the schedule's flow with its input starts through pgflow.start_flow, with
+    run_id = pgflow.schedule_run_id(schedule_name, tick), and last_tick becomes tick, last_run_id the run and
+    next_tick the given value (informational); returns the run id. If a run with that id exists already the
+    tick counts as fired (last_tick advances) and NULL is returned: one tick never starts a second run, whether
+    fired twice in sequence, from two sessions at once, or again after a rolled-back attempt;
+  * errors of start_flow (e.g. a root map flow with a non-array input) propagate and nothing changes: the tick
+    stays due. It is the caller's clock that decides a tick is due; the function does not compare tick with
+    now().
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_pause_schedule.sql
+create or replace function pgflow.pause_schedule(schedule_name text)
+returns pgflow.schedules
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_row pgflow.schedules;
+begin
+  update pgflow.schedules as s
+     set paused = true,
+         paused_at = coalesce(s.paused_at, now()),
+         updated_at = case when s.paused then s.updated_at else now() end
+   where s.schedule_name = pause_schedule.schedule_name
+  returning s.* into v_row;
+  if not found then
+    raise exception 'schedule % does not exist', coalesce(quote_literal(pause_schedule.schedule_name), 'NULL')
+      using errcode = 'P0002';
+  end if;
+  return v_row;
+end;
+$$;
+
+comment on function pgflow.pause_schedule(schedule_name text) is $doc$
+pgflow.pause_schedule(schedule_name) guarantees (v0.20.0; SECURITY DEFINER so that pgflow_client may call it
+without any table privilege; it changes nothing but the named schedule's paused, paused_at and updated_at):
+  * unknown name (or NULL): SQLSTATE P0002 'schedule <name> does not exist', nothing changes;
+  * the schedule becomes paused (paused_at = now()) and fires no tick from the moment this transaction commits
+    (pgflow.fire_schedule_tick locks the row and returns NULL for a paused schedule); runs already started are
+    not touched;
+  * pausing a paused schedule changes nothing (paused_at keeps the first pause's time);
+  * worker startups (pgflow.upsert_schedule) never unpause it; returns the schedule row.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_resume_schedule.sql
+create or replace function pgflow.resume_schedule(schedule_name text)
+returns pgflow.schedules
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_row pgflow.schedules;
+begin
+  update pgflow.schedules as s
+     set paused = false,
+         paused_at = null,
+         -- The ticks that passed while the schedule was paused are not fired, whatever its missed policy.
+         last_tick = case when s.paused then greatest(s.last_tick, now()) else s.last_tick end,
+         next_tick = case when s.paused then null else s.next_tick end,
+         updated_at = case when s.paused then now() else s.updated_at end
+   where s.schedule_name = resume_schedule.schedule_name
+  returning s.* into v_row;
+  if not found then
+    raise exception 'schedule % does not exist', coalesce(quote_literal(resume_schedule.schedule_name), 'NULL')
+      using errcode = 'P0002';
+  end if;
+  return v_row;
+end;
+$$;
+
+comment on function pgflow.resume_schedule(schedule_name text) is $doc$
+pgflow.resume_schedule(schedule_name) guarantees (v0.20.0; SECURITY DEFINER so that pgflow_client may call it
+without any table privilege; it changes nothing but the named schedule's paused, paused_at, last_tick,
+next_tick and updated_at):
+  * unknown name (or NULL): SQLSTATE P0002 'schedule <name> does not exist', nothing changes;
+  * a paused schedule becomes active and last_tick becomes greatest(last_tick, now()): the ticks that passed
+    while it was paused never fire, also with missed = 'catch_up' (no backfill); the next tick after now fires;
+    next_tick becomes NULL until a worker computes it;
+  * resuming an active schedule changes nothing; returns the schedule row.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_upsert_schedule.sql
+create or replace function pgflow.upsert_schedule(
+  schedule_name text,
+  flow_slug     text,
+  cron          text,
+  time_zone     text,
+  input         jsonb,
+  missed        text default 'skip',
+  max_catch_up  integer default 10,
+  since         timestamptz default now(),
+  next_tick     timestamptz default null
+)
+returns text
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_old    pgflow.schedules;
+  v_since  timestamptz := coalesce(upsert_schedule.since, now());
+begin
+  if not coalesce(pgflow.is_valid_slug(upsert_schedule.schedule_name), false) then
+    raise exception 'invalid schedule name %: use 1 to 128 ASCII letters, digits or _, not starting with a digit',
+      coalesce(quote_literal(upsert_schedule.schedule_name), 'NULL')
+      using errcode = '22023';
+  end if;
+  if upsert_schedule.cron is null or btrim(upsert_schedule.cron) = '' then
+    raise exception 'schedule %: the cron expression is empty', upsert_schedule.schedule_name
+      using errcode = '22023';
+  end if;
+  if upsert_schedule.time_zone is null
+     or not exists (select 1 from pg_catalog.pg_timezone_names as z where z.name = upsert_schedule.time_zone) then
+    raise exception 'schedule %: unknown time zone %', upsert_schedule.schedule_name,
+      coalesce(quote_literal(upsert_schedule.time_zone), 'NULL')
+      using errcode = '22023';
+  end if;
+  if upsert_schedule.input is null then
+    raise exception 'schedule %: input is NULL; use the JSON value null (''null''::jsonb) for no input',
+      upsert_schedule.schedule_name
+      using errcode = '22023';
+  end if;
+  if upsert_schedule.missed is null or upsert_schedule.missed not in ('skip', 'catch_up') then
+    raise exception 'schedule %: missed must be ''skip'' or ''catch_up'', got %', upsert_schedule.schedule_name,
+      coalesce(quote_literal(upsert_schedule.missed), 'NULL')
+      using errcode = '22023';
+  end if;
+  if upsert_schedule.max_catch_up is null or upsert_schedule.max_catch_up not between 1 and 1000 then
+    raise exception 'schedule %: max_catch_up must be between 1 and 1000, got %', upsert_schedule.schedule_name,
+      coalesce(upsert_schedule.max_catch_up::text, 'NULL')
+      using errcode = '22023';
+  end if;
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = upsert_schedule.flow_slug) then
+    raise exception 'schedule %: flow % does not exist; compile it first (serve it in a worker or run ensure_flow_compiled)',
+      upsert_schedule.schedule_name, coalesce(quote_literal(upsert_schedule.flow_slug), 'NULL')
+      using errcode = '23503';
+  end if;
+
+  select s.* into v_old
+    from pgflow.schedules as s
+   where s.schedule_name = upsert_schedule.schedule_name
+     for update;
+
+  if not found then
+    insert into pgflow.schedules (schedule_name, flow_slug, cron, time_zone, input, missed, max_catch_up,
+                                  last_tick, next_tick)
+    values (upsert_schedule.schedule_name, upsert_schedule.flow_slug, upsert_schedule.cron,
+            upsert_schedule.time_zone, upsert_schedule.input, upsert_schedule.missed, upsert_schedule.max_catch_up,
+            v_since, upsert_schedule.next_tick)
+    on conflict on constraint schedules_pkey do nothing;
+    if found then
+      return 'created';
+    end if;
+    -- Created concurrently by another worker's startup: compare with its row like any existing one.
+    select s.* into v_old
+      from pgflow.schedules as s
+     where s.schedule_name = upsert_schedule.schedule_name
+       for update;
+  end if;
+
+  if v_old.flow_slug = upsert_schedule.flow_slug
+     and v_old.cron = upsert_schedule.cron
+     and v_old.time_zone = upsert_schedule.time_zone
+     and v_old.input = upsert_schedule.input
+     and v_old.missed = upsert_schedule.missed
+     and v_old.max_catch_up = upsert_schedule.max_catch_up then
+    return 'unchanged';
+  end if;
+
+  update pgflow.schedules as s
+     set flow_slug = upsert_schedule.flow_slug,
+         cron = upsert_schedule.cron,
+         time_zone = upsert_schedule.time_zone,
+         input = upsert_schedule.input,
+         missed = upsert_schedule.missed,
+         max_catch_up = upsert_schedule.max_catch_up,
+         -- A new timetable starts now: ticks of the new cron (or zone) before this moment never fire, so a
+         -- change cannot cause a burst of "missed" ticks.
+         last_tick = case
+                       when v_old.cron <> upsert_schedule.cron or v_old.time_zone <> upsert_schedule.time_zone
+                         then greatest(v_old.last_tick, v_since)
+                       else v_old.last_tick
+                     end,
+         next_tick = case
+                       when v_old.cron <> upsert_schedule.cron or v_old.time_zone <> upsert_schedule.time_zone
+                         then upsert_schedule.next_tick
+                       else v_old.next_tick
+                     end,
+         updated_at = now()
+   where s.schedule_name = upsert_schedule.schedule_name;
+  return 'updated';
+end;
+$$;
+
+comment on function pgflow.upsert_schedule(schedule_name text, flow_slug text, cron text, time_zone text,
+  input jsonb, missed text, max_catch_up integer, since timestamptz, next_tick timestamptz) is $doc$
+pgflow.upsert_schedule(schedule_name, flow_slug, cron, time_zone, input, missed, max_catch_up, since, next_tick)
+guarantees (v0.20.0; SECURITY INVOKER: workers call it at startup for the schedules in their code):
+  * bad arguments raise before anything is written, naming the schedule and the value: an invalid name
+    (pgflow.is_valid_slug), an empty cron, a time zone PostgreSQL does not know, a NULL input, missed other than
+    'skip'/'catch_up', max_catch_up outside 1..1000 (SQLSTATE 22023); a flow that does not exist (23503). The
+    cron expression itself is parsed by the worker, not here;
+  * a new name inserts the schedule with last_tick = since (default now()): no tick at or before the moment of
+    creation ever fires; returns 'created';
+  * an existing schedule whose definition (flow_slug, cron, time_zone, input, missed, max_catch_up) equals the
+    arguments is not touched; returns 'unchanged';
+  * otherwise the definition columns are replaced and updated_at set; when cron or time_zone changed, last_tick
+    becomes greatest(last_tick, since) and next_tick the given one, so ticks of the new timetable before since
+    never fire (no burst after a change); returns 'updated';
+  * paused and paused_at are operator state and are never changed here;
+  * concurrent calls for one name are serialised by the row lock (or the primary key for the first insert).
+During a rolling deploy the definition of the most recently started worker wins.
 $doc$;
 -- end generated
 
