@@ -63,7 +63,8 @@ type WorkerConfig struct {
 	Logger *slog.Logger
 	// Hooks observes polls, claimed tasks, handler runs and task outcomes, e.g. for metrics and traces
 	// (packages pgflowprom and pgflowotel); MultiHooks combines several. Default: none.
-	Hooks Hooks	// Schedules are cron schedules (NewSchedule) the worker writes to pgflow.schedules at startup, after compiling
+	Hooks Hooks
+	// Schedules are cron schedules (NewSchedule) the worker writes to pgflow.schedules at startup, after compiling
 	// its flows: new ones are created, changed ones updated (a changed timetable starts at the worker's start, so
 	// no burst of old ticks fires), paused ones stay paused. A schedule's flow must exist in the database (serve it
 	// in Flows or compile it elsewhere). Every worker - with or without Schedules - fires the due ticks of every

@@ -74,13 +74,13 @@ func (s *Spec) Next(t time.Time) time.Time {
 	}
 	for {
 		t = s.spec.Next(t)
-		if t.IsZero() || !s.onceAtRepeat || !repeatedWallTime(t) {
+		if t.IsZero() || !s.onceAtRepeat || !repeatedWallTime(t.In(s.loc)) {
 			return t
 		}
 	}
 }
 
-// repeatedWallTime reports whether the wall-clock time of t (in t's location) was already shown at an earlier
+// repeatedWallTime reports whether the wall-clock time of t (in t's location: the schedule's) was already shown at an earlier
 // instant: t falls in the hour repeated when clocks go back. Zones shift by 30 minutes, 1 hour or 2 hours.
 func repeatedWallTime(t time.Time) bool {
 	for _, d := range []time.Duration{30 * time.Minute, time.Hour, 2 * time.Hour} {
