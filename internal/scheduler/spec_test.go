@@ -26,14 +26,14 @@ func ticks(t *testing.T, s *Spec, from time.Time, n int) []string {
 
 func TestParseRefusesBadExpressions(t *testing.T) {
 	for expr, msg := range map[string]string{
-		"":                        `cron expression "" is empty`,
-		"61 * * * *":              `cron expression "61 * * * *": end of range (61) above maximum (59): 61`,
-		"* * *":                   `cron expression "* * *": expected 5 to 6 fields, found 3: [* * *]`,
-		"* * * * * * *":           `cron expression "* * * * * * *": expected 5 to 6 fields, found 7`,
-		"CRON_TZ=UTC * * * * *":   `cron expression "CRON_TZ=UTC * * * * *": give the time zone as the schedule's time zone, not in the expression`,
+		"":                         `cron expression "" is empty`,
+		"61 * * * *":               `cron expression "61 * * * *": end of range (61) above maximum (59): 61`,
+		"* * *":                    `cron expression "* * *": expected 5 to 6 fields, found 3: [* * *]`,
+		"* * * * * * *":            `cron expression "* * * * * * *": expected 5 to 6 fields, found 7`,
+		"CRON_TZ=UTC * * * * *":    `cron expression "CRON_TZ=UTC * * * * *": give the time zone as the schedule's time zone, not in the expression`,
 		"TZ=Europe/Berlin 0 9 * *": `cron expression "TZ=Europe/Berlin 0 9 * *": give the time zone as the schedule's time zone, not in the expression`,
-		"0 0 30 2 *":              `cron expression "0 0 30 2 *" never matches a date`,
-		"@fortnightly":            `cron expression "@fortnightly": unrecognized descriptor: @fortnightly`,
+		"0 0 30 2 *":               `cron expression "0 0 30 2 *" never matches a date`,
+		"@fortnightly":             `cron expression "@fortnightly": unrecognized descriptor: @fortnightly`,
 	} {
 		_, err := Parse(expr, time.UTC)
 		require.Error(t, err, expr)
@@ -44,11 +44,11 @@ func TestParseRefusesBadExpressions(t *testing.T) {
 func TestSpecFormats(t *testing.T) {
 	from := time.Date(2026, 5, 4, 10, 17, 3, 0, time.UTC) // a Monday
 	cases := map[string][]string{
-		"*/20 * * * *":    {"2026-05-04T10:20:00Z", "2026-05-04T10:40:00Z", "2026-05-04T11:00:00Z"},
-		"*/10 * * * * *":  {"2026-05-04T10:17:10Z", "2026-05-04T10:17:20Z", "2026-05-04T10:17:30Z"},
+		"*/20 * * * *":     {"2026-05-04T10:20:00Z", "2026-05-04T10:40:00Z", "2026-05-04T11:00:00Z"},
+		"*/10 * * * * *":   {"2026-05-04T10:17:10Z", "2026-05-04T10:17:20Z", "2026-05-04T10:17:30Z"},
 		"30 9 * * MON-FRI": {"2026-05-05T09:30:00Z", "2026-05-06T09:30:00Z", "2026-05-07T09:30:00Z"},
-		"@hourly":         {"2026-05-04T11:00:00Z", "2026-05-04T12:00:00Z", "2026-05-04T13:00:00Z"},
-		"@daily":          {"2026-05-05T00:00:00Z", "2026-05-06T00:00:00Z", "2026-05-07T00:00:00Z"},
+		"@hourly":          {"2026-05-04T11:00:00Z", "2026-05-04T12:00:00Z", "2026-05-04T13:00:00Z"},
+		"@daily":           {"2026-05-05T00:00:00Z", "2026-05-06T00:00:00Z", "2026-05-07T00:00:00Z"},
 		// @every counts from the previous tick (the schedule's horizon), not from the clock's hour.
 		"@every 90m": {"2026-05-04T11:47:03Z", "2026-05-04T13:17:03Z", "2026-05-04T14:47:03Z"},
 	}
