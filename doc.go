@@ -57,6 +57,11 @@ that produced it: a late report from an attempt that was recovered and claimed a
 attempt. [Worker.Start] and [Worker.Stop] give the same lifecycle in two calls; signal handling is the caller's
 (see examples/).
 
+[NewSchedule] starts a flow on a cron timetable with a fixed input ([WorkerConfig].Schedules): workers write the
+schedules to the database and fire their ticks, one worker at a time, one run per tick (its id derived from the
+schedule and the tick), with a per-schedule policy for ticks missed while no worker ran. [Client.ListSchedules],
+[Client.PauseSchedule] and [Client.ResumeSchedule] manage them; see docs/schedules.md.
+
 # Starting and following runs: the client
 
 [StartRun] starts a run with a typed input ([StartRunTx] inside your transaction, [StartRuns] many at once);
