@@ -326,7 +326,7 @@ func (w *Worker) launch(ctx context.Context) {
 	if !w.cfg.maintenanceOff {
 		bg.Go(func() { maintenance.RequeueStalled(loop, w.pool, w.cfg.MaintenanceInterval, w.log) })
 	}
-	bg.Go(func() { scheduler.New(scheduler.Config{DB: w.pool, Logger: w.log}).Run(loop) })
+	bg.Go(func() { scheduler.New(scheduler.Config{DB: w.pool, Logger: w.log.With("worker_id", w.ID())}).Run(loop) })
 
 	w.mu.Lock()
 	w.running = true

@@ -116,6 +116,7 @@ func (s *Scheduler) Pass(ctx context.Context) (wake time.Time, err error) {
 		return wake, err
 	}
 	var ticks []sqlapi.Tick
+	dropped := map[string]sqlapi.Timetable{} // schedules whose older due ticks this pass leaves out
 	for _, t := range tables {
 		if t.Paused {
 			continue
@@ -137,12 +138,7 @@ func (s *Scheduler) Pass(ctx context.Context) (wake time.Time, err error) {
 		}
 		due, more := spec.Due(t.LastTick, now, n)
 		if more {
-			if t.Missed == MissedCatchUp {
-				s.log.Warn("schedules: more missed ticks than max_catch_up; firing the most recent ones only",
-					"schedule", t.Name, "max_catch_up", t.MaxCatchUp, "first_fired", due[0])
-			} else {
-				s.log.Info("schedules: skipping missed ticks; firing the most recent one", "schedule", t.Name, "tick", due[0])
-			}
+			dropped[t.Name] = t
 		}
 		for _, d := range due {
 			next := spec.Next(d)
@@ -172,6 +168,15 @@ func (s *Scheduler) Pass(ctx context.Context) (wake time.Time, err error) {
 		return earliest(wake, now.Add(lostLockRecheck)), nil
 	}
 	for _, f := range fired {
+		if t, ok := dropped[f.Schedule]; ok && f.Err == nil {
+			delete(dropped, f.Schedule)
+			if t.Missed == MissedCatchUp {
+				s.log.Warn("schedules: more missed ticks than max_catch_up; fired the most recent ones only",
+					"schedule", t.Name, "max_catch_up", t.MaxCatchUp, "first_fired", f.At)
+			} else {
+				s.log.Info("schedules: skipped missed ticks; fired the most recent one", "schedule", t.Name, "tick", f.At)
+			}
+		}
 		switch {
 		case f.Err != nil:
 			s.log.Error("schedules: firing a tick failed; trying again after the refresh interval",
