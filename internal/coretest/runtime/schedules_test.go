@@ -279,3 +279,13 @@ func TestScheduleFunctionSignatures(t *testing.T) {
 			"max_catch_up integer DEFAULT 10, since timestamp with time zone DEFAULT now(), next_tick timestamp with time zone DEFAULT NULL::timestamp with time zone) text invoker",
 	}, got)
 }
+
+// Deleting a flow deletes its schedules (a recompile with data loss too), so the flow can always be deleted.
+func TestDeletingAFlowDeletesItsSchedules(t *testing.T) {
+	t.Parallel()
+	db := scheduleDB(t)
+	require.NotNil(t, fire(t, db, "2026-01-02T02:00:00Z"))
+	fx.Exec(t, db, `select pgflow.delete_flow_and_data('sequential')`)
+	require.Equal(t, 0, fx.Val[int](t, db, `select count(*)::int from pgflow.schedules`))
+	require.Equal(t, 0, runsOf(t, db))
+}

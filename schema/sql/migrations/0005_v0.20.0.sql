@@ -87,6 +87,8 @@ update pgflow.runs as r
 -- resume_schedule). Whichever worker holds the scheduler's advisory lock fires due ticks through
 -- pgflow.fire_schedule_tick, which refuses every tick at or before last_tick, so each tick starts at most one run.
 -- The cron expression is parsed by the workers (Go), not by SQL: the database stores it as text.
+-- Deleting a flow (pgflow.delete_flow_and_data, also when a changed flow is recompiled) deletes its schedules;
+-- workers write the schedules of their code again at startup, after compiling their flows.
 create table pgflow.schedules (
   schedule_name text        not null,
   flow_slug     text        not null,
@@ -103,7 +105,7 @@ create table pgflow.schedules (
   updated_at    timestamptz not null default now(),
   paused_at     timestamptz,
   constraint schedules_pkey primary key (schedule_name),
-  constraint schedules_flow_slug_fkey foreign key (flow_slug) references pgflow.flows (flow_slug),
+  constraint schedules_flow_slug_fkey foreign key (flow_slug) references pgflow.flows (flow_slug) on delete cascade,
   constraint schedules_name_is_valid check (pgflow.is_valid_slug(schedule_name)),
   constraint schedules_cron_not_empty check (btrim(cron) <> ''),
   constraint schedules_missed_is_valid check (missed in ('skip', 'catch_up')),
