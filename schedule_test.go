@@ -86,10 +86,11 @@ func TestWorkerConfigRefusesBadSchedules(t *testing.T) {
 	require.NoError(t, err)
 	cfg, _ := testConfig(t)
 	cfg.Flows = []WorkerFlow{{Flow: flow}}
-	cfg.Schedules = []*Schedule{s, nil, s}
+	cfg.Schedules = []*Schedule{s, nil, s, {}}
 	_, err = cfg.resolve()
 	require.ErrorContains(t, err, "pgflow: WorkerConfig.Schedules[1] = nil: create schedules with NewSchedule")
 	require.ErrorContains(t, err, `pgflow: WorkerConfig.Schedules[2] = "nightly": is listed more than once`)
+	require.ErrorContains(t, err, `pgflow: WorkerConfig.Schedules[3] = a zero Schedule: create schedules with NewSchedule`)
 }
 
 // A schedule whose flow is not in the database stops the worker's startup with an error naming both.

@@ -196,6 +196,8 @@ func (c WorkerConfig) resolve() (resolvedConfig, error) {
 		switch {
 		case sc == nil:
 			bad(fmt.Sprintf("Schedules[%d]", i), "nil", "create schedules with NewSchedule")
+		case sc.spec == nil:
+			bad(fmt.Sprintf("Schedules[%d]", i), "a zero Schedule", "create schedules with NewSchedule")
 		case seenSchedules[sc.name]:
 			bad(fmt.Sprintf("Schedules[%d]", i), fmt.Sprintf("%q", sc.name), "is listed more than once")
 		default:

@@ -16,9 +16,9 @@ func defineSchedules(t *testing.T, e *env) {
 	t.Helper()
 	defineDiamond(t, e.db.Pool, "diamond")
 	e.exec(`select pgflow.upsert_schedule('nightly', 'diamond', '30 2 * * *', 'Europe/Berlin', '{}',
-		since => '2026-01-01T00:00:00Z', next_tick => '2026-01-01T01:30:00Z')`)
+		since => '2024-01-01T00:00:00Z', next_tick => '2024-01-01T01:30:00Z')`)
 	e.exec(`select pgflow.upsert_schedule('backfill', 'diamond', '@hourly', 'UTC', '{}', missed => 'catch_up',
-		max_catch_up => 5, since => '2026-01-01T00:00:00Z')`)
+		max_catch_up => 5, since => '2024-01-01T00:00:00Z')`)
 }
 
 func paused(t *testing.T, pool *pgxpool.Pool, name string) bool {
@@ -33,13 +33,13 @@ func TestSchedulesPageReadOnly(t *testing.T) {
 	e := newEnv(t, dashboard.Config{})
 	require.Contains(t, e.ok("/schedules"), "No schedules.")
 	defineSchedules(t, e)
-	e.exec(`select pgflow.fire_schedule_tick('nightly', '2026-01-02T01:30:00Z', '2026-01-03T01:30:00Z')`)
+	e.exec(`select pgflow.fire_schedule_tick('nightly', '2024-01-02T01:30:00Z', '2024-01-03T01:30:00Z')`)
 	e.exec(`select pgflow.pause_schedule('backfill')`)
 
 	body := e.ok("/schedules")
 	require.Contains(t, body, `<a href="/schedules" class="current">Schedules</a>`)
 	require.Contains(t, body, "2 schedules · 1 paused")
-	require.Regexp(t, `(?s)<tr data-schedule="nightly" data-paused="false">.*?<code>30 2 \* \* \*</code>.*?Europe/Berlin.*?skip.*?active.*?2026-01-02 01:30:00.*?2026-01-03 01:30:00.*?<a class="run-id" href="/runs/[0-9a-f-]{36}">`, body)
+	require.Regexp(t, `(?s)<tr data-schedule="nightly" data-paused="false">.*?<code>30 2 \* \* \*</code>.*?Europe/Berlin.*?skip.*?active.*?2024-01-02 01:30:00.*?2024-01-03 01:30:00.*?<a class="run-id" href="/runs/[0-9a-f-]{36}">`, body)
 	require.Regexp(t, `(?s)<tr data-schedule="backfill" data-paused="true">.*?catch up \(at most 5\).*?paused.*?since `, body)
 	require.NotContains(t, body, `name="csrf"`, "read-only: no buttons")
 	r := e.post("/schedules/backfill/resume", url.Values{"csrf": {"x"}})

@@ -37,7 +37,7 @@ func (c *fakeClock) Set(t time.Time) {
 // After never fires: these tests call Pass themselves.
 func (c *fakeClock) After(time.Duration) <-chan time.Time { return nil }
 
-var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+var t0 = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func hours(h float64) time.Time { return t0.Add(time.Duration(h * float64(time.Hour))) }
 
@@ -213,16 +213,18 @@ func TestPausedScheduleAndResume(t *testing.T) {
 	pool := setup(t)
 	base := time.Now().UTC().Truncate(time.Hour).Add(-5 * time.Hour)
 	clock := &fakeClock{now: base.Add(2*time.Hour + 30*time.Minute)}
-	upsert(t, pool, "hourly", "0 * * * *", "catch_up", 10, base)
+	// Every second, catching up: a backfill would be obvious. fire_schedule_tick refuses ticks more than a minute
+	// ahead of the database's clock, so the ticks after the resume must be near the real time.
+	upsert(t, pool, "secondly", "* * * * * *", "catch_up", 10, base)
 	s := newScheduler(pool, clock)
-	_, err := sqlapi.PauseSchedule(context.Background(), pool, "hourly")
+	_, err := sqlapi.PauseSchedule(context.Background(), pool, "secondly")
 	require.NoError(t, err)
 	wake, err := s.Pass(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, 0, runCount(t, pool))
 	require.Equal(t, clock.Now().Add(scheduler.DefaultRefresh).UTC(), wake.UTC(), "a paused schedule does not set the wake")
 
-	resumed, err := sqlapi.ResumeSchedule(context.Background(), pool, "hourly")
+	resumed, err := sqlapi.ResumeSchedule(context.Background(), pool, "secondly")
 	require.NoError(t, err)
 	require.True(t, resumed.LastTick.After(base.Add(4*time.Hour)), "the horizon moved to the resume")
 	clock.Set(resumed.LastTick)
@@ -230,13 +232,13 @@ func TestPausedScheduleAndResume(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 0, runCount(t, pool), "no backfill of the ticks missed while paused")
 
-	next := resumed.LastTick.UTC().Truncate(time.Hour).Add(time.Hour)
+	next := resumed.LastTick.UTC().Truncate(time.Second).Add(time.Second)
 	clock.Set(next)
 	_, err = s.Pass(context.Background())
 	require.NoError(t, err)
 	var n int
 	require.NoError(t, pool.QueryRow(context.Background(), `select count(*)::int from pgflow.runs
-		where run_id = pgflow.schedule_run_id('hourly', $1)`, next).Scan(&n))
+		where run_id = pgflow.schedule_run_id('secondly', $1)`, next).Scan(&n))
 	require.Equal(t, 1, n, "the first tick after the resume fires")
 	require.Equal(t, 1, runCount(t, pool))
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -13,13 +14,13 @@ import (
 )
 
 // scheduleDB is a database with flow "sequential" and schedule "nightly" on it whose horizon (last_tick) is
-// 2026-01-01 00:00 UTC.
+// 2024-01-01 00:00 UTC.
 func scheduleDB(t *testing.T) *pgxpool.Pool {
 	t.Helper()
 	db := newDB(t)
 	fx.SetupFlow(t, db.Pool, "sequential")
 	require.Equal(t, "created", fx.Val[string](t, db.Pool, `select pgflow.upsert_schedule('nightly', 'sequential',
-		'0 3 * * *', 'Europe/Berlin', '{"k": 1}', since => '2026-01-01T00:00:00Z')`))
+		'0 3 * * *', 'Europe/Berlin', '{"k": 1}', since => '2024-01-01T00:00:00Z')`))
 	return db.Pool
 }
 
@@ -36,14 +37,14 @@ func runsOf(t *testing.T, db fx.DB) int {
 func TestScheduleRunIDIsDerivedFromNameAndTick(t *testing.T) {
 	t.Parallel()
 	db := newDB(t).Pool
-	a := fx.Val[string](t, db, `select pgflow.schedule_run_id('nightly', '2026-03-01T02:00:00Z')::text`)
+	a := fx.Val[string](t, db, `select pgflow.schedule_run_id('nightly', '2024-03-01T02:00:00Z')::text`)
 	// The same instant written in another zone, read in a session with another TimeZone: the same id.
 	fx.Exec(t, db, `set timezone = 'America/New_York'`)
-	b := fx.Val[string](t, db, `select pgflow.schedule_run_id('nightly', '2026-03-01T03:00:00+01:00')::text`)
+	b := fx.Val[string](t, db, `select pgflow.schedule_run_id('nightly', '2024-03-01T03:00:00+01:00')::text`)
 	require.Equal(t, a, b)
 	require.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, a)
-	require.NotEqual(t, a, fx.Val[string](t, db, `select pgflow.schedule_run_id('nightly', '2026-03-01T02:00:00.000001Z')::text`))
-	require.NotEqual(t, a, fx.Val[string](t, db, `select pgflow.schedule_run_id('daily', '2026-03-01T02:00:00Z')::text`))
+	require.NotEqual(t, a, fx.Val[string](t, db, `select pgflow.schedule_run_id('nightly', '2024-03-01T02:00:00.000001Z')::text`))
+	require.NotEqual(t, a, fx.Val[string](t, db, `select pgflow.schedule_run_id('daily', '2024-03-01T02:00:00Z')::text`))
 	require.Nil(t, fx.Val[*string](t, db, `select pgflow.schedule_run_id(null, now())::text`))
 }
 
@@ -51,30 +52,30 @@ func TestFireScheduleTickStartsOneRunPerTick(t *testing.T) {
 	t.Parallel()
 	db := scheduleDB(t)
 
-	id := fx.Val[*string](t, db, `select pgflow.fire_schedule_tick('nightly', '2026-01-02T02:00:00Z',
-		next_tick => '2026-01-03T02:00:00Z')::text`)
+	id := fx.Val[*string](t, db, `select pgflow.fire_schedule_tick('nightly', '2024-01-02T02:00:00Z',
+		next_tick => '2024-01-03T02:00:00Z')::text`)
 	require.NotNil(t, id)
-	require.Equal(t, *id, fx.Val[string](t, db, `select pgflow.schedule_run_id('nightly', '2026-01-02T02:00:00Z')::text`))
+	require.Equal(t, *id, fx.Val[string](t, db, `select pgflow.schedule_run_id('nightly', '2024-01-02T02:00:00Z')::text`))
 	require.Equal(t, `{"k": 1}`, fx.Val[string](t, db, `select input::text from pgflow.runs where run_id = $1::uuid`, *id))
-	require.Equal(t, "2026-01-02 02:00:00|"+*id+"|2026-01-03 02:00:00", fx.Val[string](t, db,
+	require.Equal(t, "2024-01-02 02:00:00|"+*id+"|2024-01-03 02:00:00", fx.Val[string](t, db,
 		`select concat_ws('|', (last_tick at time zone 'UTC')::text, last_run_id, (next_tick at time zone 'UTC')::text)
 		   from pgflow.schedules`))
 
 	// The same tick again, an older tick, the horizon itself: nothing starts.
-	require.Nil(t, fire(t, db, "2026-01-02T02:00:00Z"))
-	require.Nil(t, fire(t, db, "2026-01-01T12:00:00Z"))
+	require.Nil(t, fire(t, db, "2024-01-02T02:00:00Z"))
+	require.Nil(t, fire(t, db, "2024-01-01T12:00:00Z"))
 	require.Equal(t, 1, runsOf(t, db))
 
 	// The next tick starts the next run.
-	require.NotNil(t, fire(t, db, "2026-01-03T02:00:00Z"))
+	require.NotNil(t, fire(t, db, "2024-01-03T02:00:00Z"))
 	require.Equal(t, 2, runsOf(t, db))
 }
 
 func TestFireScheduleTickNeverCreatedBeforeTheHorizon(t *testing.T) {
 	t.Parallel()
 	db := scheduleDB(t)
-	require.Nil(t, fire(t, db, "2026-01-01T00:00:00Z"), "the moment of creation is not a tick to fire")
-	require.Nil(t, fire(t, db, "2025-12-31T02:00:00Z"))
+	require.Nil(t, fire(t, db, "2024-01-01T00:00:00Z"), "the moment of creation is not a tick to fire")
+	require.Nil(t, fire(t, db, "2023-12-31T02:00:00Z"))
 	require.Equal(t, 0, runsOf(t, db))
 }
 
@@ -85,7 +86,7 @@ func TestFireScheduleTickConcurrentSessions(t *testing.T) {
 	db := scheduleDB(t)
 	ctx := fx.Ctx(t)
 	for round := range 5 {
-		tick := time.Date(2026, 1, 2+round, 2, 0, 0, 0, time.UTC)
+		tick := time.Date(2024, 1, 2+round, 2, 0, 0, 0, time.UTC)
 		var wg sync.WaitGroup
 		ids := make([]*string, 4)
 		errs := make([]error, 4)
@@ -117,19 +118,19 @@ func TestFireScheduleTickAfterRollbackAndReplay(t *testing.T) {
 	tx, err := db.Begin(ctx)
 	require.NoError(t, err)
 	var id *string
-	require.NoError(t, tx.QueryRow(ctx, `select pgflow.fire_schedule_tick('nightly', '2026-01-02T02:00:00Z')::text`).Scan(&id))
+	require.NoError(t, tx.QueryRow(ctx, `select pgflow.fire_schedule_tick('nightly', '2024-01-02T02:00:00Z')::text`).Scan(&id))
 	require.NotNil(t, id)
 	require.NoError(t, tx.Rollback(ctx))
 	require.Equal(t, 0, runsOf(t, db))
 
-	again := fire(t, db, "2026-01-02T02:00:00Z")
+	again := fire(t, db, "2024-01-02T02:00:00Z")
 	require.NotNil(t, again)
 	require.Equal(t, *id, *again, "the run id depends on the tick only")
 
-	fx.Exec(t, db, `update pgflow.schedules set last_tick = '2026-01-01T00:00:00Z'`)
-	require.Nil(t, fire(t, db, "2026-01-02T02:00:00Z"))
+	fx.Exec(t, db, `update pgflow.schedules set last_tick = '2024-01-01T00:00:00Z'`)
+	require.Nil(t, fire(t, db, "2024-01-02T02:00:00Z"))
 	require.Equal(t, 1, runsOf(t, db))
-	require.Equal(t, "2026-01-02 02:00:00", fx.Val[string](t, db,
+	require.Equal(t, "2024-01-02 02:00:00", fx.Val[string](t, db,
 		`select (last_tick at time zone 'UTC')::text from pgflow.schedules`), "the tick counts as fired")
 }
 
@@ -141,12 +142,22 @@ func TestFireScheduleTickGuards(t *testing.T) {
 	_, err = db.Exec(fx.Ctx(t), `select pgflow.fire_schedule_tick('nightly', null)`)
 	requirePgError(t, err, "22004", `schedule 'nightly': tick is NULL`)
 
+	// A caller whose clock runs more than a minute ahead of the database cannot fire early.
+	_, err = db.Exec(fx.Ctx(t), `select pgflow.fire_schedule_tick('nightly', now() + interval '2 minutes')`)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "22023", pgErr.Code)
+	require.Regexp(t, `^schedule 'nightly': tick .+ is in the future by the database clock \(now .+\); check the clock of the calling worker$`, pgErr.Message)
+	require.NotNil(t, fx.Val[*string](t, db, `select pgflow.fire_schedule_tick('nightly', now() + interval '50 seconds')::text`),
+		"within the tolerance")
+	require.Equal(t, 1, runsOf(t, db))
+
 	// A start_flow error propagates and leaves the tick due.
 	fx.Exec(t, db, `select pgflow.create_flow('mapper'); select pgflow.add_step('mapper', 'm', step_type => 'map')`)
-	fx.Exec(t, db, `select pgflow.upsert_schedule('bad_input', 'mapper', '@hourly', 'UTC', '{}', since => '2026-01-01Z')`)
-	_, err = db.Exec(fx.Ctx(t), `select pgflow.fire_schedule_tick('bad_input', '2026-01-01T01:00:00Z')`)
+	fx.Exec(t, db, `select pgflow.upsert_schedule('bad_input', 'mapper', '@hourly', 'UTC', '{}', since => '2024-01-01Z')`)
+	_, err = db.Exec(fx.Ctx(t), `select pgflow.fire_schedule_tick('bad_input', '2024-01-01T01:00:00Z')`)
 	requirePgError(t, err, "P0001", `Flow mapper has root map steps but input is not an array (got object)`)
-	require.Equal(t, "2026-01-01 00:00:00", fx.Val[string](t, db,
+	require.Equal(t, "2024-01-01 00:00:00", fx.Val[string](t, db,
 		`select (last_tick at time zone 'UTC')::text from pgflow.schedules where schedule_name = 'bad_input'`))
 }
 
@@ -160,7 +171,7 @@ func TestPauseAndResumeSchedule(t *testing.T) {
 	require.True(t, fx.Val[bool](t, db, `select paused from pgflow.pause_schedule('nightly')`))
 	require.Equal(t, pausedAt, fx.Val[time.Time](t, db, `select paused_at from pgflow.schedules`), "pausing again keeps the first time")
 
-	require.Nil(t, fire(t, db, "2026-01-02T02:00:00Z"), "a paused schedule fires nothing")
+	require.Nil(t, fire(t, db, "2024-01-02T02:00:00Z"), "a paused schedule fires nothing")
 	require.Equal(t, 0, runsOf(t, db))
 
 	// A worker startup with the same or a changed definition keeps it paused.
@@ -175,10 +186,10 @@ func TestPauseAndResumeSchedule(t *testing.T) {
 	row := fx.Val[string](t, db, `select (not paused and paused_at is null and next_tick is null
 		and last_tick >= now() - interval '1 minute')::text from pgflow.resume_schedule('nightly')`)
 	require.Equal(t, "true", row)
-	require.Nil(t, fire(t, db, "2026-01-02T02:00:00Z"))
+	require.Nil(t, fire(t, db, "2024-01-02T02:00:00Z"))
 	require.Equal(t, 0, runsOf(t, db))
 	var id *string
-	require.NoError(t, db.QueryRow(ctx, `select pgflow.fire_schedule_tick('nightly', now() + interval '1 hour')::text`).Scan(&id))
+	require.NoError(t, db.QueryRow(ctx, `select pgflow.fire_schedule_tick('nightly', now() + interval '30 seconds')::text`).Scan(&id))
 	require.NotNil(t, id, "the next tick after the resume fires")
 
 	// Resuming an active schedule changes nothing.
@@ -197,26 +208,26 @@ func TestPauseAndResumeSchedule(t *testing.T) {
 func TestUpsertScheduleChangedTimetableStartsAtSince(t *testing.T) {
 	t.Parallel()
 	db := scheduleDB(t)
-	require.NotNil(t, fire(t, db, "2026-01-02T02:00:00Z"))
+	require.NotNil(t, fire(t, db, "2024-01-02T02:00:00Z"))
 
 	// Same timetable, other input: the horizon stays (a missed tick may still fire).
 	require.Equal(t, "updated", fx.Val[string](t, db, `select pgflow.upsert_schedule('nightly', 'sequential',
-		'0 3 * * *', 'Europe/Berlin', '{"k": 2}', since => '2026-02-01T00:00:00Z')`))
-	require.Equal(t, "2026-01-02 02:00:00", fx.Val[string](t, db, `select (last_tick at time zone 'UTC')::text from pgflow.schedules`))
+		'0 3 * * *', 'Europe/Berlin', '{"k": 2}', since => '2024-02-01T00:00:00Z')`))
+	require.Equal(t, "2024-01-02 02:00:00", fx.Val[string](t, db, `select (last_tick at time zone 'UTC')::text from pgflow.schedules`))
 
 	// A new cron: ticks before since never fire.
 	require.Equal(t, "updated", fx.Val[string](t, db, `select pgflow.upsert_schedule('nightly', 'sequential',
-		'0 4 * * *', 'Europe/Berlin', '{"k": 2}', since => '2026-02-01T00:00:00Z',
-		next_tick => '2026-02-01T03:00:00Z')`))
-	require.Equal(t, "2026-02-01 00:00:00|2026-02-01 03:00:00|0 4 * * *|{\"k\": 2}", fx.Val[string](t, db,
+		'0 4 * * *', 'Europe/Berlin', '{"k": 2}', since => '2024-02-01T00:00:00Z',
+		next_tick => '2024-02-01T03:00:00Z')`))
+	require.Equal(t, "2024-02-01 00:00:00|2024-02-01 03:00:00|0 4 * * *|{\"k\": 2}", fx.Val[string](t, db,
 		`select concat_ws('|', (last_tick at time zone 'UTC')::text, (next_tick at time zone 'UTC')::text, cron, input::text)
 		   from pgflow.schedules`))
-	require.Nil(t, fire(t, db, "2026-01-15T03:00:00Z"))
+	require.Nil(t, fire(t, db, "2024-01-15T03:00:00Z"))
 
 	// A new zone moves the horizon too, and never backwards.
 	require.Equal(t, "updated", fx.Val[string](t, db, `select pgflow.upsert_schedule('nightly', 'sequential',
-		'0 4 * * *', 'UTC', '{"k": 2}', since => '2026-01-20T00:00:00Z')`))
-	require.Equal(t, "2026-02-01 00:00:00", fx.Val[string](t, db, `select (last_tick at time zone 'UTC')::text from pgflow.schedules`))
+		'0 4 * * *', 'UTC', '{"k": 2}', since => '2024-01-20T00:00:00Z')`))
+	require.Equal(t, "2024-02-01 00:00:00", fx.Val[string](t, db, `select (last_tick at time zone 'UTC')::text from pgflow.schedules`))
 	require.Equal(t, 1, runsOf(t, db))
 }
 
@@ -284,7 +295,7 @@ func TestScheduleFunctionSignatures(t *testing.T) {
 func TestDeletingAFlowDeletesItsSchedules(t *testing.T) {
 	t.Parallel()
 	db := scheduleDB(t)
-	require.NotNil(t, fire(t, db, "2026-01-02T02:00:00Z"))
+	require.NotNil(t, fire(t, db, "2024-01-02T02:00:00Z"))
 	fx.Exec(t, db, `select pgflow.delete_flow_and_data('sequential')`)
 	require.Equal(t, 0, fx.Val[int](t, db, `select count(*)::int from pgflow.schedules`))
 	require.Equal(t, 0, runsOf(t, db))

@@ -2599,6 +2599,14 @@ begin
       using errcode = '22004';
   end if;
 
+  -- A worker whose clock runs ahead must not fire ticks early (and so take them from the workers whose clocks are
+  -- right); a minute of tolerance keeps ordinary clock differences harmless.
+  if fire_schedule_tick.tick > now() + interval '1 minute' then
+    raise exception 'schedule %: tick % is in the future by the database clock (now %); check the clock of the calling worker',
+      coalesce(quote_literal(fire_schedule_tick.schedule_name), 'NULL'), fire_schedule_tick.tick, now()
+      using errcode = '22023';
+  end if;
+
   -- The row lock serialises every firing of one schedule (and pause, resume and upsert): a second caller waits,
   -- then sees the advanced last_tick.
   select s.* into v_sched
@@ -2638,7 +2646,9 @@ $$;
 comment on function pgflow.fire_schedule_tick(schedule_name text, tick timestamptz, next_tick timestamptz) is $doc$
 pgflow.fire_schedule_tick(schedule_name, tick, next_tick) guarantees (v0.20.0; SECURITY INVOKER: the caller needs
 what pgflow_worker has), in the caller's transaction:
-  * NULL tick: SQLSTATE 22004; unknown schedule (or NULL name): P0002 'schedule <name> does not exist';
+  * NULL tick: SQLSTATE 22004; a tick more than a minute after now() (a caller whose clock runs ahead):
+    SQLSTATE 22023 naming the tick and the database's time; unknown schedule (or NULL name): P0002
+    'schedule <name> does not exist'; nothing changes in these cases;
   * the schedule row is locked first, so concurrent firings of one schedule are serialised;
   * a paused schedule, or a tick at or before last_tick, starts nothing and changes nothing; returns NULL;
   * otherwise exactly one run of the schedule's flow with its input starts through pgflow.start_flow, with
@@ -2647,8 +2657,7 @@ what pgflow_worker has), in the caller's transaction:
     tick counts as fired (last_tick advances) and NULL is returned: one tick never starts a second run, whether
     fired twice in sequence, from two sessions at once, or again after a rolled-back attempt;
   * errors of start_flow (e.g. a root map flow with a non-array input) propagate and nothing changes: the tick
-    stays due. It is the caller's clock that decides a tick is due; the function does not compare tick with
-    now().
+    stays due. It is the caller's clock that decides a tick is due, within the minute of tolerance above.
 $doc$;
 -- end generated
 
