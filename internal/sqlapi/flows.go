@@ -216,12 +216,14 @@ type CompileResult struct {
 	Differences []string `json:"differences"`
 }
 
-// EnsureFlowCompiled calls pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss).
-func EnsureFlowCompiled(ctx context.Context, db DBTX, flowSlug string, shape json.RawMessage, allowDataLoss bool) (CompileResult, error) {
+// EnsureFlowCompiled calls pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss, queue_mode); queueMode
+// is "flow" or "step" ("" means "flow").
+func EnsureFlowCompiled(ctx context.Context, db DBTX, flowSlug string, shape json.RawMessage, queueMode string, allowDataLoss bool) (CompileResult, error) {
 	var raw []byte
 	err := db.QueryRow(ctx,
-		`select pgflow.ensure_flow_compiled(flow_slug => $1::text, shape => $2::jsonb, allow_data_loss => $3::boolean)`,
-		flowSlug, string(shape), allowDataLoss).Scan(&raw)
+		`select pgflow.ensure_flow_compiled(flow_slug => $1::text, shape => $2::jsonb, allow_data_loss => $3::boolean,
+			queue_mode => nullif($4::text, ''))`,
+		flowSlug, string(shape), allowDataLoss, queueMode).Scan(&raw)
 	if err != nil {
 		return CompileResult{}, fmt.Errorf("pgflow.ensure_flow_compiled(flow %q): %w", flowSlug, err)
 	}
@@ -232,12 +234,34 @@ func EnsureFlowCompiled(ctx context.Context, db DBTX, flowSlug string, shape jso
 	return res, nil
 }
 
-// FlowQueue returns the queue a worker of the flow polls: the flow's default route as the database defines it
-// (pgflow._default_queue_name), so Go never rebuilds a queue name from a slug.
+// StepRoutes returns the stored route of each step of a flow (pgflow.steps.queue_name), by step slug, so Go never
+// rebuilds a queue name the database did not record.
+func StepRoutes(ctx context.Context, db DBTX, flowSlug string) (map[string]string, error) {
+	rows, err := db.Query(ctx, `select s.step_slug, s.queue_name from pgflow.steps as s where s.flow_slug = $1::text`, flowSlug)
+	if err != nil {
+		return nil, fmt.Errorf("routes of flow %q: %w", flowSlug, err)
+	}
+	routes := map[string]string{}
+	var step, queue string
+	_, err = pgx.ForEachRow(rows, []any{&step, &queue}, func() error {
+		routes[step] = queue
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("routes of flow %q: %w", flowSlug, err)
+	}
+	return routes, nil
+}
+
+// FlowQueue returns a queue of the flow for a worker row: the route of its first step, or for a flow without
+// steps its default queue (pgflow._default_queue_name).
 func FlowQueue(ctx context.Context, db DBTX, flowSlug string) (string, error) {
 	var q string
-	if err := db.QueryRow(ctx, `select pgflow._default_queue_name($1::text)`, flowSlug).Scan(&q); err != nil {
-		return "", fmt.Errorf("default queue of flow %q: %w", flowSlug, err)
+	err := db.QueryRow(ctx, `select coalesce(
+			(select s.queue_name from pgflow.steps as s where s.flow_slug = $1::text order by s.step_index limit 1),
+			pgflow._default_queue_name($1::text))`, flowSlug).Scan(&q)
+	if err != nil {
+		return "", fmt.Errorf("queue of flow %q: %w", flowSlug, err)
 	}
 	return q, nil
 }
