@@ -114,6 +114,12 @@ func TestPerStepQueuesOneWorkerServesTheWholeFlow(t *testing.T) {
 	require.Equal(t, []string{"whole__double", "whole__spread"}, strs(t, db.Pool,
 		`select distinct queue_name from pgflow.step_tasks where run_id = $1 order by 1`, r.ID))
 	require.Len(t, w.WorkerIDs(), 2)
+	infos, err := client.ListFlows(ctx)
+	require.NoError(t, err)
+	require.Len(t, infos, 1)
+	require.True(t, infos[0].QueuePerStep)
+	require.Equal(t, "whole__double", infos[0].Steps[0].Queue)
+	require.Equal(t, "whole__spread", infos[0].Steps[1].Queue)
 
 	// The same slug defined with one queue is a different definition.
 	plain := NewFlow[int]("whole")

@@ -22,6 +22,7 @@ type Flow struct {
 	BaseDelay   int // flows.opt_base_delay, seconds
 	Timeout     int // flows.opt_timeout, seconds
 	CreatedAt   time.Time
+	QueueMode   string     // flows.queue_mode: "flow" or "step" (v0.20.0; "flow" on older schemas)
 	Steps       []FlowStep // in step_index order
 	Runs        RunCounts
 }
@@ -63,7 +64,8 @@ const flowStepsJSON = `
 `
 
 const listFlowsSQL = `
-select f.flow_slug, f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.created_at,` + flowStepsJSON + `  coalesce(rc.started, 0), coalesce(rc.completed, 0), coalesce(rc.failed, 0),
+select f.flow_slug, f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.created_at,
+  coalesce(to_jsonb(f) ->> 'queue_mode', 'flow'),` + flowStepsJSON + `  coalesce(rc.started, 0), coalesce(rc.completed, 0), coalesce(rc.failed, 0),
   coalesce(rc.cancelled, 0)
 from pgflow.flows as f
 left join (
@@ -97,7 +99,7 @@ func ListFlows(ctx context.Context, db DBTX, p ListFlowsParams) ([]Flow, error) 
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Flow, error) {
 		var f Flow
 		var steps []byte
-		if err := row.Scan(&f.FlowSlug, &f.MaxAttempts, &f.BaseDelay, &f.Timeout, &f.CreatedAt, &steps,
+		if err := row.Scan(&f.FlowSlug, &f.MaxAttempts, &f.BaseDelay, &f.Timeout, &f.CreatedAt, &f.QueueMode, &steps,
 			&f.Runs.Started, &f.Runs.Completed, &f.Runs.Failed, &f.Runs.Cancelled); err != nil {
 			return f, err
 		}
@@ -143,6 +145,7 @@ type FlowDefinition struct {
 	BaseDelay   int
 	Timeout     int
 	CreatedAt   time.Time
+	QueueMode   string           // "flow" or "step" (see Flow.QueueMode)
 	Steps       []StepDefinition // in step_index order
 }
 
@@ -165,7 +168,7 @@ func (f *FlowDefinition) EffectiveMaxAttempts(s StepDefinition) int {
 }
 
 const flowDefinitionSQL = `
-select f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.created_at
+select f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.created_at, coalesce(to_jsonb(f) ->> 'queue_mode', 'flow')
 from pgflow.flows as f where f.flow_slug = $1::text`
 
 const stepDefinitionsSQL = `
@@ -185,7 +188,7 @@ order by s.step_index`
 // GetFlowDefinition returns one flow with its steps, or nil when there is no such flow.
 func GetFlowDefinition(ctx context.Context, db DBTX, flowSlug string) (*FlowDefinition, error) {
 	f := &FlowDefinition{FlowSlug: flowSlug}
-	err := db.QueryRow(ctx, flowDefinitionSQL, flowSlug).Scan(&f.MaxAttempts, &f.BaseDelay, &f.Timeout, &f.CreatedAt)
+	err := db.QueryRow(ctx, flowDefinitionSQL, flowSlug).Scan(&f.MaxAttempts, &f.BaseDelay, &f.Timeout, &f.CreatedAt, &f.QueueMode)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
