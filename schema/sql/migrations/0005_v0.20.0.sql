@@ -460,21 +460,12 @@ language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
-declare
-  v_setting text := 'pgflow.visible_at_' || _notify_queue_visible_at.queue_name;
-  v_epoch   numeric := extract(epoch from _notify_queue_visible_at.visible_at);
-  v_prev    numeric;
 begin
   if _notify_queue_visible_at.queue_name is null or _notify_queue_visible_at.visible_at is null then
     return;
   end if;
-  -- The earliest time already announced for this queue in this transaction (a transaction-local setting; '' when
-  -- unset, as PostgreSQL leaves a placeholder after the transaction that set it).
-  v_prev := nullif(pg_catalog.current_setting(v_setting, true), '')::numeric;
-  if v_prev is not null and v_prev <= v_epoch then
-    return;
-  end if;
-  perform pg_catalog.set_config(v_setting, v_epoch::text, true);
+  -- Every distinct time is announced: a worker keeps all of them, so a message due later than another one of the
+  -- same transaction is not left to its periodic read. PostgreSQL folds identical notifications of a transaction.
   perform pg_catalog.pg_notify(
     'pgflow:queue:' || _notify_queue_visible_at.queue_name,
     '{"visible_at":"' || pg_catalog.to_char(_notify_queue_visible_at.visible_at at time zone 'UTC',
@@ -486,11 +477,11 @@ comment on function pgflow._notify_queue_visible_at(queue_name text, visible_at 
 pgflow._notify_queue_visible_at(queue_name, visible_at) guarantees (v0.20.0): tells the workers listening on
 'pgflow:queue:<queue_name>' that a message of that queue becomes visible at visible_at, with the payload
 {"visible_at":"<RFC 3339 time in UTC, microseconds>"} (e.g. {"visible_at":"2025-01-02T03:04:05.123456Z"}), so a
-worker can wake exactly then instead of at its next poll. At most one notification per queue and time: within a
-transaction a time that is not earlier than one already announced for the queue sends nothing, so a transaction
-sends one notification per queue unless it later delays a message to an even earlier time (callers that send
-several delays at once announce the earliest first). NULL arguments do nothing. Notifications go out at commit
-(none on rollback). Callers announce times in the future only; the empty payload '' keeps meaning "visible now".
+worker can wake exactly then instead of at its next poll. Every call announces its time, so a transaction that
+delays messages of one queue by several amounts announces each of them; identical announcements of one
+transaction reach the listeners once, as PostgreSQL folds identical notifications. NULL arguments do nothing.
+Notifications go out at commit (none on rollback). Callers announce times in the future only; the empty payload
+'' keeps meaning "visible now".
 $doc$;
 -- end generated
 
@@ -799,8 +790,8 @@ begin
       ) as sent on sent.n = m.n;
 
     -- Wake the workers waiting on this queue (one notification per queue and transaction: PostgreSQL folds
-    -- identical notifications of one transaction). Delayed messages: tell them when the messages become visible
-    -- (groups come in ascending delay per queue, so the earliest time of a queue is announced first).
+    -- identical notifications of one transaction). Delayed messages: tell them when the messages become visible,
+    -- one announcement per (queue, delay) group.
     if v_group.start_delay = 0 then
       perform pg_notify('pgflow:queue:' || v_group.queue_name, '');
     else
@@ -826,8 +817,8 @@ exactly what pgflow.start_ready_steps(run_id) guarantees, done set-based:
     index); no queue is created here (no DDL);
   * after sending undelayed messages to a queue, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers
     listening for that queue (at commit; folded into one notification per queue and transaction); after sending
-    delayed ones, pgflow._notify_queue_visible_at announces when they become visible, the earliest delay of a
-    queue first, so one {"visible_at": ...} per queue (v0.20.0);
+    delayed ones, pgflow._notify_queue_visible_at announces when they become visible, one {"visible_at": ...} per
+    queue and delay (v0.20.0);
   * steps with initial_tasks NULL or 0 are never started here, and conditions are not evaluated here (as in
     start_ready_steps);
   * the step states named by the pairs (started_run_ids[i], started_step_slugs[i]) were made 'started' by the
@@ -2880,18 +2871,16 @@ begin
   end loop;
 
   -- Wake the workers waiting on each queue (at commit; PostgreSQL folds identical notifications of one
-  -- transaction into one): '' for undelayed messages, and for delayed ones the time the earliest becomes visible
-  -- (send_batch gave them clock_timestamp() + delay a moment ago, so this time is at or just after it).
+  -- transaction into one): '' for undelayed messages, and for each distinct delay the time its messages become
+  -- visible (send_batch gave them clock_timestamp() + delay a moment ago, so this time is at or just after it).
   for v_step in
-    select x.queue_name, bool_or(x.delay = 0) as now, min(x.delay) filter (where x.delay > 0) as delay
+    select distinct x.queue_name, x.delay
       from unnest(v_queues, v_delays) as x (queue_name, delay)
-     group by x.queue_name
-     order by x.queue_name
+     order by x.queue_name, x.delay
   loop
-    if v_step.now then
+    if v_step.delay = 0 then
       perform pg_notify('pgflow:queue:' || v_step.queue_name, '');
-    end if;
-    if v_step.delay is not null then
+    else
       perform pgflow._notify_queue_visible_at(v_step.queue_name,
                                               clock_timestamp() + make_interval(secs => v_step.delay));
     end if;
@@ -2910,8 +2899,8 @@ pgflow.start_ready_steps(run_id) guarantees:
     row per message is written with its message_id and that same queue_name (task_index 0 .. initial_tasks-1,
     paired with the message carrying that index); no queue is created here (no DDL);
   * after sending undelayed messages, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers listening for
-    that queue (since v0.18.0); after sending delayed ones, pgflow._notify_queue_visible_at tells them when the
-    earliest of them becomes visible ({"visible_at": ...}, one per queue; v0.20.0);
+    that queue (since v0.18.0); after sending delayed ones, pgflow._notify_queue_visible_at tells them when they
+    become visible ({"visible_at": ...}, one per queue and distinct delay; v0.20.0);
   * steps with initial_tasks NULL (dependent maps whose parent has not completed) or 0 (taskless, completed by
     cascade_complete_taskless_steps) are never started here. Conditions are not evaluated here: callers resolve
     them first (cascade_resolve_conditions / cascade_complete_taskless_steps).
