@@ -299,4 +299,14 @@ func TestStepModeRunUsesEachStepsQueue(t *testing.T) {
 	}
 	require.True(t, fx.InArchive(t, db, "rt__b", bMsg))
 	require.True(t, fx.InArchive(t, db, "rt__c", cMsg))
+
+	// Resume: the unfinished tasks are queued again, each in its own step's queue.
+	fx.Exec(t, db, `select pgflow.retry_run($1)`, run.RunID)
+	for step, q := range map[string]string{"b": "rt__b", "c": "rt__c"} {
+		tk := fx.GetTask(t, db, run.RunID, step, 0)
+		require.Equal(t, "queued", tk.Status, step)
+		require.Equal(t, q, tk.QueueName, step)
+		require.True(t, fx.InQueue(t, db, q, *tk.MessageID), step)
+	}
+	require.Empty(t, fx.QueueMessages(t, db, "rt__a"), "the completed step is not run again")
 }
