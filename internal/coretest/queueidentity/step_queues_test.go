@@ -163,7 +163,13 @@ func TestConcurrentCollidingDefinitionsOneWins(t *testing.T) {
 		}()
 		close(start)
 		wg.Wait()
-		require.True(t, (errs[0] == nil) != (errs[1] == nil), "round %d: exactly one succeeds: %v / %v", round, errs[0], errs[1])
+		succeeded := 0
+		for _, err := range errs {
+			if err == nil {
+				succeeded++
+			}
+		}
+		require.Equal(t, 1, succeeded, "round %d: exactly one succeeds: %v / %v", round, errs[0], errs[1])
 		require.Len(t, listed(t, db, stepQueueFlow), 1)
 		owners := count(t, db, `select 1 from pgflow.steps where queue_name = $1 union all
 			select 1 from pgflow.flows where flow_slug = $1`, stepQueueFlow)
