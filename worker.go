@@ -179,7 +179,14 @@ func flowCoreOf(flow AnyFlow) (c *flowCore) {
 // ID returns the id of the worker's row for its first queue (pgflow.workers.worker_id), a UUID: WorkerID when it
 // was given. A worker reading several queues (several flows, or steps with per-step queues) has one row per
 // queue; WorkerIDs lists them.
-func (w *Worker) ID() string { return w.flows[0].queues[0].workerID }
+func (w *Worker) ID() string {
+	for _, f := range w.flows {
+		if len(f.queues) > 0 {
+			return f.queues[0].workerID
+		}
+	}
+	return w.cfg.WorkerID // only flows with per-step queues and no steps: no rows
+}
 
 // WorkerIDs returns the worker's row id for each queue it reads, by queue name (a flow's queue is its slug in
 // lower case; see QueuePerStep for per-step queues).

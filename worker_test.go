@@ -1058,6 +1058,11 @@ func TestNewWorkerErrors(t *testing.T) {
 	ids := split.WorkerIDs()
 	require.Equal(t, []string{"per_step__a", "per_step__b"}, slices.Sorted(maps.Keys(ids)), "one row per step queue")
 	require.Equal(t, "6ba7b810-9dad-41d1-80b4-00c04fd430c8", ids["per_step__b"], "the first entry's first queue has WorkerID")
+	empty, err := NewWorker(newClient(t, db.Pool, nil), &WorkerConfig{WorkerID: "6ba7b810-9dad-41d1-80b4-00c04fd430c8",
+		Flows: []WorkerFlow{{Flow: NewFlow[int]("no_steps", QueuePerStep())}}})
+	require.NoError(t, err)
+	require.Empty(t, empty.WorkerIDs(), "a flow with per-step queues and no steps has no queue to read")
+	require.Equal(t, "6ba7b810-9dad-41d1-80b4-00c04fd430c8", empty.ID())
 	_, err = newWorkerFor(t, db.Pool, shapeFlow("g", "a"), WorkerConfig{Flows: []WorkerFlow{{Flow: shapeFlow("h", "a"), MaxConcurrent: -2}}})
 	require.ErrorContains(t, err, "WorkerConfig.Flows[1].MaxConcurrent = -2")
 	_, err = newWorkerFor(t, db.Pool, shapeFlow("f", "a"), WorkerConfig{BatchSize: -1})
