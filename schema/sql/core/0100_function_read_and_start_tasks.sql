@@ -9,6 +9,9 @@ returns setof pgflow.read_task_record
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+-- Generic plans: every statement finds its rows by key or by address, so one plan fits every batch (as in
+-- complete_tasks).
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_queue_name  text;

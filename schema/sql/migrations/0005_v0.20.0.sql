@@ -1798,6 +1798,10 @@ returns table (task_position integer, task_status text, outcome text)
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+-- Generic plans: every statement finds its rows by key or by address, so one plan fits every batch, and a call
+-- with a handful of tasks (a lone result) does not pay for planning each of its statements again (PL/pgSQL keeps
+-- re-planning when a generic plan looks dearer than a small custom one: about 2.5 ms of CPU per call measured).
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_n         integer := coalesce(cardinality(complete_tasks.run_ids), 0);
@@ -3184,6 +3188,9 @@ returns setof pgflow.read_task_record
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+-- Generic plans: every statement finds its rows by key or by address, so one plan fits every batch (as in
+-- complete_tasks).
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_queue_name  text;
