@@ -109,7 +109,7 @@ func newPool(ctx context.Context, url, app string, size int) (*pgxpool.Pool, err
 
 // newTracedPool is newPool with a tracer on every connection (also on connections made from the pool's
 // ConnConfig, such as a worker's listener).
-func newTracedPool(ctx context.Context, url, app string, size int, tracer *statementCounter) (*pgxpool.Pool, error) {
+func newTracedPool(ctx context.Context, url, app string, size int, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("bench: bad database URL: %w", err)
