@@ -153,7 +153,7 @@ func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBa
 // counters are the database-wide cost counters at one moment.
 type counters struct {
 	commits int64  // pg_stat_database.xact_commit of the benchmark database
-	wal     uint64 // pg_current_wal_lsn() as a byte position
+	wal     uint64 // pg_current_wal_insert_lsn() as a byte position (WAL written or not yet written: all generated)
 	rows    int64  // rows inserted, updated and deleted in the database's tables (pg_stat_user_tables)
 	at      time.Time
 }
@@ -165,7 +165,7 @@ func (e *env) snapshot(ctx context.Context) (counters, error) {
 	var lsn string
 	err := e.mon.QueryRow(ctx, `
 		select (select d.xact_commit from pg_stat_database as d where d.datname = current_database()),
-		       pg_current_wal_lsn()::text,
+		       pg_current_wal_insert_lsn()::text,
 		       (select coalesce(sum(t.n_tup_ins + t.n_tup_upd + t.n_tup_del), 0)::bigint from pg_stat_user_tables as t)`).
 		Scan(&c.commits, &lsn, &c.rows)
 	if err != nil {
