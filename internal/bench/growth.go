@@ -54,7 +54,11 @@ type GrowthPhase struct {
 	CommitsPer     float64 `json:"commits_per"`
 	WALBytesPer    float64 `json:"wal_bytes_per"`
 	RowsWrittenPer float64 `json:"rows_written_per"`
-	Ratios         Ratios  `json:"ratios"` // RunsPerSec (start) or TasksPerSec (work), Commits, WALBytes, RowsWritten
+	// FullPagesPer is the full-page images per run or task (pg_stat_wal, whole server; 0 before PostgreSQL 14):
+	// the first change of a page after a checkpoint writes the whole page to the WAL, so changes spread over
+	// many pages (random keys in big indexes) cost more WAL than the same changes on a few pages.
+	FullPagesPer float64 `json:"full_page_images_per"`
+	Ratios       Ratios  `json:"ratios"` // RunsPerSec (start) or TasksPerSec (work), Commits, WALBytes, RowsWritten
 }
 
 func (p *GrowthPhase) setCost(d delta) {
@@ -64,6 +68,7 @@ func (p *GrowthPhase) setCost(d delta) {
 	p.CommitsPer = float64(d.commits) / float64(p.Count)
 	p.WALBytesPer = float64(d.walBytes) / float64(p.Count)
 	p.RowsWrittenPer = float64(d.rows) / float64(p.Count)
+	p.FullPagesPer = float64(d.fpi) / float64(p.Count)
 	if p.Seconds > 0 {
 		p.PerSec = float64(p.Count) / p.Seconds
 	}
@@ -96,6 +101,7 @@ type PruneResult struct {
 	MsPer1000Runs  float64 `json:"ms_per_1000_runs"`
 	WALBytesPerRun float64 `json:"wal_bytes_per_run"`
 	RowsPerRun     float64 `json:"rows_written_per_run"` // rows deleted in runs, step_states, step_tasks and the archive
+	FullPagesPer   float64 `json:"full_page_images_per_run"`
 }
 
 // finishedTasks counts the tasks the workers finished (completed or otherwise), so the growth mode can stop its
@@ -377,6 +383,7 @@ func (e *env) measurePrune(ctx context.Context, progress func(Progress)) ([]Prun
 			r.MsPer1000Runs = ms(elapsed) * 1000 / float64(r.RunsPruned)
 			r.WALBytesPerRun = float64(cost.walBytes) / float64(r.RunsPruned)
 			r.RowsPerRun = float64(cost.rows) / float64(r.RunsPruned)
+			r.FullPagesPer = float64(cost.fpi) / float64(r.RunsPruned)
 		}
 		out = append(out, r)
 	}

@@ -318,13 +318,13 @@ func (g *Growth) writeTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w, "cost as work grows (one-step flow; start: per run, work: per task; ms: mean client-side time of one call):")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "history runs\tqueued\tpreload s\tstart runs/s (×base)\tWAL B/run\ttasks/s (×base)\tcommits/task\tWAL B/task (×base)\trows/task\tstart_flows ms\tread ms\tstart_tasks ms\tcomplete_tasks ms\ttables MB\t")
+	fmt.Fprintln(tw, "history runs\tqueued\tpreload s\tstart runs/s (×base)\tWAL B/run (FPI)\ttasks/s (×base)\tcommits/task\tWAL B/task (×base)\tFPI/task\trows/task\tstart_flows ms\tread ms\tstart_tasks ms\tcomplete_tasks ms\ttables MB\t")
 	for _, p := range g.Points {
-		fmt.Fprintf(tw, "%d\t%d\t%.1f\t%s\t%.0f\t%s\t%.3f\t%s\t%.1f\t%s\t%s\t%s\t%s\t%.0f\t\n",
+		fmt.Fprintf(tw, "%d\t%d\t%.1f\t%s\t%.0f (%.2f)\t%s\t%.3f\t%s\t%.2f\t%.1f\t%s\t%s\t%s\t%s\t%.0f\t\n",
 			p.HistoryRuns, p.QueuedRuns, p.PreloadSeconds,
-			withRatio(p.Start.PerSec, p.Start.Ratios.RunsPerSec, 0), p.Start.WALBytesPer,
+			withRatio(p.Start.PerSec, p.Start.Ratios.RunsPerSec, 0), p.Start.WALBytesPer, p.Start.FullPagesPer,
 			withRatio(p.Work.PerSec, p.Work.Ratios.TasksPerSec, 0), p.Work.CommitsPer,
-			withRatio(p.Work.WALBytesPer, p.Work.Ratios.WALBytes, 0), p.Work.RowsWrittenPer,
+			withRatio(p.Work.WALBytesPer, p.Work.Ratios.WALBytes, 0), p.Work.FullPagesPer, p.Work.RowsWrittenPer,
 			meanMs(p.Statements, "pgflow.start_flows"), meanMs(p.Statements, "pgmq.read"),
 			meanMs(p.Statements, "pgflow.start_tasks"), meanMs(p.Statements, "pgflow.complete_tasks"),
 			float64(p.TableBytes)/(1<<20))
@@ -339,8 +339,8 @@ func (g *Growth) writeTable(w io.Writer) error {
 		}
 	}
 	for _, r := range g.Prune {
-		fmt.Fprintf(w, "prune_data_older_than('%s'): %d of %d runs pruned in %.2fs (%.1f ms per 1000 runs, %.0f WAL B and %.1f rows per run)\n",
-			r.Retention, r.RunsPruned, r.RunsBefore, r.Seconds, r.MsPer1000Runs, r.WALBytesPerRun, r.RowsPerRun)
+		fmt.Fprintf(w, "prune_data_older_than('%s'): %d of %d runs pruned in %.2fs (%.1f ms per 1000 runs, %.0f WAL B, %.2f full-page images and %.1f rows per run)\n",
+			r.Retention, r.RunsPruned, r.RunsBefore, r.Seconds, r.MsPer1000Runs, r.WALBytesPerRun, r.FullPagesPer, r.RowsPerRun)
 	}
 	if g.PruneNote != "" {
 		fmt.Fprintln(w, "prune:", g.PruneNote)
