@@ -37,6 +37,10 @@ type GrowthPoint struct {
 	// TableBytes is the total size (indexes and TOAST included) of pgflow's run tables and the flow's queue and
 	// archive tables.
 	TableBytes int64 `json:"table_bytes"`
+	// Baseline is the baseline measured right before the point's phases (BaselineDuration): on a shared machine
+	// the commit rate drifts during a run this long, so rates and call times are divided by the adjacent
+	// measurement; costs per run and task by the run's combined baseline.
+	Baseline Baseline `json:"baseline"`
 	// Start is the bulk start of runs (cost per run); Work the workers claiming and completing tasks from the
 	// backlog (cost per task).
 	Start GrowthPhase `json:"start"`
@@ -74,13 +78,14 @@ func (p *GrowthPhase) setCost(d delta) {
 	}
 }
 
-func (p *GrowthPhase) ratios(b Baseline, start bool) {
+// ratios divides the rate by the adjacent baseline's commit rate and the costs by the run's baseline.
+func (p *GrowthPhase) ratios(adjacent, b Baseline, start bool) {
 	p.Ratios = Ratios{Commits: ratio(p.CommitsPer, b.CommitsPerTx), WALBytes: ratio(p.WALBytesPer, b.WALBytesPerTx),
 		RowsWritten: ratio(p.RowsWrittenPer, b.RowsPerTx)}
 	if start {
-		p.Ratios.RunsPerSec = ratio(p.PerSec, b.CommitsPerSec)
+		p.Ratios.RunsPerSec = ratio(p.PerSec, adjacent.CommitsPerSec)
 	} else {
-		p.Ratios.TasksPerSec = ratio(p.PerSec, b.CommitsPerSec)
+		p.Ratios.TasksPerSec = ratio(p.PerSec, adjacent.CommitsPerSec)
 	}
 }
 
@@ -173,6 +178,9 @@ func (e *env) runGrowth(ctx context.Context, cfg Config, progress func(Progress)
 		if err := e.mon.QueryRow(ctx, `select sum(pg_total_relation_size(c))::bigint from unnest($1::regclass[]) as c`,
 			[]string{"pgflow.runs", "pgflow.step_states", "pgflow.step_tasks", queueTable(queue, "q"), queueTable(queue, "a")}).Scan(&pt.TableBytes); err != nil {
 			return nil, fmt.Errorf("read table sizes: %w", err)
+		}
+		if pt.Baseline, err = e.runBaseline(ctx, cfg.BaselineDuration, nil); err != nil {
+			return nil, err
 		}
 		timer := newStatementTimer()
 		if err := e.growthStart(ctx, cfg, bf, &pt, timer, progress); err != nil {
@@ -396,10 +404,10 @@ func (g *Growth) ratios(b Baseline) {
 	}
 	for i := range g.Points {
 		p := &g.Points[i]
-		p.Start.ratios(b, true)
-		p.Work.ratios(b, false)
+		p.Start.ratios(p.Baseline, b, true)
+		p.Work.ratios(p.Baseline, b, false)
 		for j := range p.Statements {
-			p.Statements[j].RatioToBaseline = ratio(p.Statements[j].MeanMs, b.LatencyMs)
+			p.Statements[j].RatioToBaseline = ratio(p.Statements[j].MeanMs, p.Baseline.LatencyMs)
 		}
 	}
 }

@@ -50,7 +50,8 @@ func TestBenchGrowthMeasuresEverySizeAndPrunes(t *testing.T) {
 		require.GreaterOrEqual(t, p.Work.Count, int64(cfg.Runs), "point %d: the workers stop after Runs tasks", i)
 		require.Positive(t, p.Work.CommitsPer, "point %d", i)
 		require.GreaterOrEqual(t, p.Work.RowsWrittenPer, 1.0, "point %d", i)
-		require.InDelta(t, p.Work.PerSec/rep.Baseline.CommitsPerSec, p.Work.Ratios.TasksPerSec, 1e-9)
+		require.Positive(t, p.Baseline.CommitsPerSec, "point %d: a baseline measured next to it", i)
+		require.InDelta(t, p.Work.PerSec/p.Baseline.CommitsPerSec, p.Work.Ratios.TasksPerSec, 1e-9)
 		require.Positive(t, p.TableBytes)
 		calls := map[string]StatementTime{}
 		for _, s := range p.Statements {
@@ -59,7 +60,7 @@ func TestBenchGrowthMeasuresEverySizeAndPrunes(t *testing.T) {
 		for _, f := range []string{"pgflow.start_flows", "pgmq.read", "pgflow.start_tasks", "pgflow.complete_tasks"} {
 			require.Positive(t, calls[f].Calls, "point %d: %s was called and timed", i, f)
 			require.Positive(t, calls[f].MeanMs, "point %d: %s", i, f)
-			require.InDelta(t, calls[f].MeanMs/rep.Baseline.LatencyMs, calls[f].RatioToBaseline, 1e-9)
+			require.InDelta(t, calls[f].MeanMs/p.Baseline.LatencyMs, calls[f].RatioToBaseline, 1e-9)
 		}
 	}
 

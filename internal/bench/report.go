@@ -316,12 +316,12 @@ func (g *Growth) writeTable(w io.Writer) error {
 	if g == nil {
 		return nil
 	}
-	fmt.Fprintln(w, "cost as work grows (one-step flow; start: per run, work: per task; ms: mean client-side time of one call):")
+	fmt.Fprintln(w, "cost as work grows (one-step flow; start: per run, work: per task; ms: mean client-side time of one call; rates ×base: per commit of the baseline measured before each size):")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "history runs\tqueued\tpreload s\tstart runs/s (×base)\tWAL B/run (FPI)\ttasks/s (×base)\tcommits/task\tWAL B/task (×base)\tFPI/task\trows/task\tstart_flows ms\tread ms\tstart_tasks ms\tcomplete_tasks ms\ttables MB\t")
+	fmt.Fprintln(tw, "history runs\tqueued\tpreload s\tbase c/s\tstart runs/s (×base)\tWAL B/run (FPI)\ttasks/s (×base)\tcommits/task\tWAL B/task (×base)\tFPI/task\trows/task\tstart_flows ms\tread ms\tstart_tasks ms\tcomplete_tasks ms\ttables MB\t")
 	for _, p := range g.Points {
-		fmt.Fprintf(tw, "%d\t%d\t%.1f\t%s\t%.0f (%.2f)\t%s\t%.3f\t%s\t%.2f\t%.1f\t%s\t%s\t%s\t%s\t%.0f\t\n",
-			p.HistoryRuns, p.QueuedRuns, p.PreloadSeconds,
+		fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.0f\t%s\t%.0f (%.2f)\t%s\t%.3f\t%s\t%.2f\t%.1f\t%s\t%s\t%s\t%s\t%.0f\t\n",
+			p.HistoryRuns, p.QueuedRuns, p.PreloadSeconds, p.Baseline.CommitsPerSec,
 			withRatio(p.Start.PerSec, p.Start.Ratios.RunsPerSec, 0), p.Start.WALBytesPer, p.Start.FullPagesPer,
 			withRatio(p.Work.PerSec, p.Work.Ratios.TasksPerSec, 0), p.Work.CommitsPer,
 			withRatio(p.Work.WALBytesPer, p.Work.Ratios.WALBytes, 0), p.Work.FullPagesPer, p.Work.RowsWrittenPer,
@@ -354,13 +354,13 @@ func (s *Scale) writeTable(w io.Writer) error {
 	if s == nil || len(s.Points) == 0 {
 		return nil
 	}
-	fmt.Fprintln(w, "scaling out (worker processes against one database; one-step burn-down, then idle):")
+	fmt.Fprintln(w, "scaling out (worker processes against one database; one-step burn-down, then idle; tasks/s ×base: per commit of the baseline measured before each point):")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "processes\ttasks/s (×base)\t× 1st\tcommits/task\tWAL B/task\tconns/process busy (max)\tidle\tidle stmts/s/process\tsingle runs\treads/run\tstmts/run\t")
+	fmt.Fprintln(tw, "processes\tbase c/s\ttasks/s (×base)\t× 1st\tcommits/task\tWAL B/task\tconns/process busy (max)\tidle\tidle stmts/s/process\tsingle runs\treads/run\tstmts/run\t")
 	first := s.Points[0].TasksPerSec
 	for _, p := range s.Points {
-		fmt.Fprintf(tw, "%d\t%s\t%.2f\t%.3f\t%.0f\t%.1f (%d)\t%.1f\t%.2f\t%d\t%.2f\t%.1f\t\n",
-			p.Processes, withRatio(p.TasksPerSec, p.Ratios.TasksPerSec, 0), ratio(p.TasksPerSec, first), p.CommitsPer,
+		fmt.Fprintf(tw, "%d\t%.0f\t%s\t%.2f\t%.3f\t%.0f\t%.1f (%d)\t%.1f\t%.2f\t%d\t%.2f\t%.1f\t\n",
+			p.Processes, p.Baseline.CommitsPerSec, withRatio(p.TasksPerSec, p.Ratios.TasksPerSec, 0), ratio(p.TasksPerSec, first), p.CommitsPer,
 			p.WALBytesPer, p.ConnectionsBusy, p.ConnectionsMax, p.ConnectionsIdle, p.IdleStatementsPerSec,
 			p.TrickleRuns, p.ReadsPerRun, p.StatementsPerRun)
 	}

@@ -30,6 +30,9 @@ const trickleInterval = 250 * time.Millisecond
 // ScalePoint is the scale-out mode's outcome for one number of worker processes.
 type ScalePoint struct {
 	Processes int `json:"processes"`
+	// Baseline is the baseline measured right before this point (BaselineDuration): on a shared machine the
+	// commit rate drifts during a run, so rates are divided by the adjacent measurement (Ratios.TasksPerSec).
+	Baseline Baseline `json:"baseline"`
 	// The burn-down of Runs one-step runs by the processes: steady-state rate, cost per task.
 	Runs           int     `json:"runs"`
 	TasksCompleted int     `json:"tasks_completed"`
@@ -68,6 +71,9 @@ type workerProcessSettings struct {
 	MaxConcurrent int    `json:"max_concurrent"`
 	BatchSize     int    `json:"batch_size"`
 	PoolSize      int    `json:"pool_size"`
+	// Idle runs the worker with the default WorkerConfig (what an idle production worker does) instead of the
+	// benchmark's throughput settings.
+	Idle bool `json:"idle,omitempty"`
 }
 
 // processStats is a worker process's answer to "stats".
@@ -101,6 +107,9 @@ func WorkerProcessMain(ctx context.Context, in io.Reader, out io.Writer) error {
 		return err
 	}
 	wcfg := workerConfig(Config{MaxConcurrent: s.MaxConcurrent, BatchSize: s.BatchSize})
+	if s.Idle {
+		wcfg = pgflow.WorkerConfig{}
+	}
 	wcfg.Flows = []pgflow.WorkerFlow{{Flow: bf.flow}}
 	w, err := pgflow.NewWorker(client, &wcfg)
 	if err != nil {
@@ -145,10 +154,10 @@ type workerProcess struct {
 }
 
 // startProcesses starts n worker processes and waits until each runs its worker.
-func (e *env) startProcesses(ctx context.Context, cfg Config, n int) ([]*workerProcess, error) {
+func (e *env) startProcesses(ctx context.Context, cfg Config, n int, idle bool) ([]*workerProcess, error) {
 	var ps []*workerProcess
 	for i := range n {
-		p, err := e.startProcess(ctx, cfg, fmt.Sprintf("%s-p%d", workerApp, i+1))
+		p, err := e.startProcess(ctx, cfg, fmt.Sprintf("%s-p%d", workerApp, i+1), idle)
 		if err != nil {
 			return nil, errors.Join(err, stopProcesses(ps))
 		}
@@ -162,9 +171,9 @@ func (e *env) startProcesses(ctx context.Context, cfg Config, n int) ([]*workerP
 	return ps, nil
 }
 
-func (e *env) startProcess(ctx context.Context, cfg Config, app string) (*workerProcess, error) {
+func (e *env) startProcess(ctx context.Context, cfg Config, app string, idle bool) (*workerProcess, error) {
 	settings, _ := json.Marshal(workerProcessSettings{URL: e.url, App: app, MaxConcurrent: cfg.MaxConcurrent,
-		BatchSize: cfg.BatchSize, PoolSize: cfg.PoolSize})
+		BatchSize: cfg.BatchSize, PoolSize: cfg.PoolSize, Idle: idle})
 	cmd := exec.CommandContext(ctx, cfg.WorkerCommand[0], cfg.WorkerCommand[1:]...)
 	cmd.Env = append(os.Environ(), EnvWorkerProcess+"="+string(settings))
 	p := &workerProcess{app: app, cmd: cmd, lines: make(chan string, 16), exited: make(chan struct{}), stderr: &bytes.Buffer{}}
@@ -309,9 +318,12 @@ func (e *env) scalePoint(ctx context.Context, cfg Config, n int, progress func(P
 		return nil, err
 	}
 	pt := &ScalePoint{Processes: n, Runs: cfg.Runs}
+	if pt.Baseline, err = e.runBaseline(ctx, cfg.BaselineDuration, nil); err != nil {
+		return nil, err
+	}
 	busy := map[string]int{}
 	cost, err := e.measureCost(ctx, func() error {
-		ps, err := e.startProcesses(ctx, cfg, n)
+		ps, err := e.startProcesses(ctx, cfg, n, false)
 		if err != nil {
 			return err
 		}
@@ -363,11 +375,11 @@ func (e *env) scalePoint(ctx context.Context, cfg Config, n int, progress func(P
 	return pt, e.scaleIdle(ctx, cfg, bf, pt, progress)
 }
 
-// scaleIdle starts the processes afresh with nothing to do: their idle statements per second, their connections,
-// and then the reads per started run while single runs arrive one at a time.
+// scaleIdle starts the processes afresh, with the default WorkerConfig, and nothing to do: their idle statements
+// per second, their connections, and then the reads per started run while single runs arrive one at a time.
 func (e *env) scaleIdle(ctx context.Context, cfg Config, bf *benchFlow, pt *ScalePoint, progress func(Progress)) (err error) {
 	n := pt.Processes
-	ps, err := e.startProcesses(ctx, cfg, n)
+	ps, err := e.startProcesses(ctx, cfg, n, true)
 	if err != nil {
 		return err
 	}
@@ -463,8 +475,8 @@ func (s *Scale) ratios(b Baseline) {
 	}
 	for i := range s.Points {
 		p := &s.Points[i]
-		p.Ratios = Ratios{TasksPerSec: ratio(p.TasksPerSec, b.CommitsPerSec), Commits: ratio(p.CommitsPer, b.CommitsPerTx),
+		p.Ratios = Ratios{TasksPerSec: ratio(p.TasksPerSec, p.Baseline.CommitsPerSec), Commits: ratio(p.CommitsPer, b.CommitsPerTx),
 			WALBytes: ratio(p.WALBytesPer, b.WALBytesPerTx), RowsWritten: ratio(p.RowsWrittenPer, b.RowsPerTx),
-			IdleRequests: ratio(p.IdleStatementsPerSec, b.CommitsPerSec)}
+			IdleRequests: ratio(p.IdleStatementsPerSec, p.Baseline.CommitsPerSec)}
 	}
 }

@@ -30,7 +30,7 @@ type StatementTime struct {
 	Function string  `json:"function"`
 	Calls    int64   `json:"calls"`
 	MeanMs   float64 `json:"mean_ms"`
-	// RatioToBaseline divides MeanMs by the baseline transaction's mean latency.
+	// RatioToBaseline divides MeanMs by the mean latency of the baseline transaction measured next to it.
 	RatioToBaseline float64 `json:"ratio_to_baseline"`
 }
 
