@@ -34,6 +34,11 @@ type GrowthPoint struct {
 	PreloadSeconds float64 `json:"preload_seconds"`
 	BacklogSeconds float64 `json:"backlog_seconds"`
 	VacuumSeconds  float64 `json:"vacuum_seconds"`
+	// Checkpointed says a CHECKPOINT ran right before the measured phases (it needs the pg_checkpoint role or a
+	// superuser): every size is then measured at the same point of the checkpoint cycle, its start, where the
+	// first change of each page writes a full-page image; without it, whether a checkpoint happened before a
+	// size depends on how much WAL the pre-load wrote.
+	Checkpointed bool `json:"checkpointed"`
 	// TableBytes is the total size (indexes and TOAST included) of pgflow's run tables and the flow's queue and
 	// archive tables.
 	TableBytes int64 `json:"table_bytes"`
@@ -182,6 +187,8 @@ func (e *env) runGrowth(ctx context.Context, cfg Config, progress func(Progress)
 		if pt.Baseline, err = e.runBaseline(ctx, cfg.BaselineDuration, nil); err != nil {
 			return nil, err
 		}
+		_, err = e.mon.Exec(ctx, `checkpoint`)
+		pt.Checkpointed = err == nil
 		timer := newStatementTimer()
 		if err := e.growthStart(ctx, cfg, bf, &pt, timer, progress); err != nil {
 			return nil, err

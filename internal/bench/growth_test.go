@@ -53,6 +53,7 @@ func TestBenchGrowthMeasuresEverySizeAndPrunes(t *testing.T) {
 		require.Positive(t, p.Baseline.CommitsPerSec, "point %d: a baseline measured next to it", i)
 		require.InDelta(t, p.Work.PerSec/p.Baseline.CommitsPerSec, p.Work.Ratios.TasksPerSec, 1e-9)
 		require.Positive(t, p.TableBytes)
+		require.True(t, p.Checkpointed, "point %d: the test server lets the superuser checkpoint", i)
 		calls := map[string]StatementTime{}
 		for _, s := range p.Statements {
 			calls[s.Function] = s

@@ -338,6 +338,11 @@ func (g *Growth) writeTable(w io.Writer) error {
 				p.PreloadRuns, p.PreloadSeconds, float64(p.PreloadRuns)/p.PreloadSeconds, p.BacklogSeconds, p.VacuumSeconds)
 		}
 	}
+	for _, p := range g.Points {
+		if !p.Checkpointed {
+			fmt.Fprintf(w, "note: no CHECKPOINT before size %d (needs pg_checkpoint or a superuser): its full-page images depend on when the server last checkpointed\n", p.HistoryRuns)
+		}
+	}
 	for _, r := range g.Prune {
 		fmt.Fprintf(w, "prune_data_older_than('%s'): %d of %d runs pruned in %.2fs (%.1f ms per 1000 runs, %.0f WAL B, %.2f full-page images and %.1f rows per run)\n",
 			r.Retention, r.RunsPruned, r.RunsBefore, r.Seconds, r.MsPer1000Runs, r.WALBytesPerRun, r.FullPagesPer, r.RowsPerRun)
