@@ -34,7 +34,8 @@ lint:
 	$(GOLANGCI_LINT) run $(PACKAGES)
 
 ## modules: each module's go.mod and go.sum are tidy on their own (without go.work), and the library's module
-## stays light: a library user's `go list -m all` holds pgx and its dependencies only (scripts/check-light-module.sh).
+## stays light: a library user's `go list -m all` holds pgx and its dependencies and robfig/cron only
+## (scripts/check-light-module.sh).
 modules:
 	@for m in $(MODULES); do \
 	  if ! (cd $$m && GOWORK=off $(GO) mod tidy -diff); then \

@@ -185,7 +185,7 @@ func (h *RunHealth) Problems() []string {
 		if q.LastHeartbeatAt != nil {
 			seen = fmt.Sprintf("the last worker heartbeat was %s ago", h.CheckedAt.Sub(*q.LastHeartbeatAt).Round(time.Second))
 		}
-		out = append(out, fmt.Sprintf("queue %q holds %d queued and %d started task(s) of run %s but no alive worker serves it (%s): start a worker for its flow",
+		out = append(out, fmt.Sprintf("queue %q holds %d queued and %d started task(s) of run %s but no alive worker serves it (%s): start a worker for its flow (with per-step queues, for that step)",
 			q.Name, q.QueuedTasks, q.StartedTasks, h.RunID, seen))
 	}
 	for _, t := range h.StalledTasks {

@@ -20,8 +20,11 @@ type FlowInfo struct {
 	BaseDelay   time.Duration // the flow's base retry delay (its steps' default)
 	Timeout     time.Duration // the flow's task timeout (its steps' default)
 	CreatedAt   time.Time
-	Steps       []StepInfo // in definition order
-	Runs        RunCounts
+	// QueuePerStep is true for a flow defined with QueuePerStep: each step has a queue of its own
+	// (StepInfo.Queue); otherwise all steps share the flow's queue.
+	QueuePerStep bool
+	Steps        []StepInfo // in definition order
+	Runs         RunCounts
 }
 
 // StepInfo is one step of a stored flow.
@@ -89,12 +92,13 @@ func (c *Client) ListFlows(ctx context.Context) ([]FlowInfo, error) {
 			}
 		}
 		out[i] = FlowInfo{
-			Slug:        f.FlowSlug,
-			MaxAttempts: f.MaxAttempts,
-			BaseDelay:   time.Duration(f.BaseDelay) * time.Second,
-			Timeout:     time.Duration(f.Timeout) * time.Second,
-			CreatedAt:   f.CreatedAt,
-			Steps:       steps,
+			Slug:         f.FlowSlug,
+			MaxAttempts:  f.MaxAttempts,
+			BaseDelay:    time.Duration(f.BaseDelay) * time.Second,
+			Timeout:      time.Duration(f.Timeout) * time.Second,
+			CreatedAt:    f.CreatedAt,
+			QueuePerStep: f.QueueMode == queueModeStep,
+			Steps:        steps,
 			Runs: RunCounts{Started: f.Runs.Started, Completed: f.Runs.Completed, Failed: f.Runs.Failed,
 				Cancelled: f.Runs.Cancelled},
 		}

@@ -53,6 +53,18 @@ func TestCompileSQL(t *testing.T) {
 			},
 		},
 		{
+			name: "per-step queues",
+			build: func() pgflow.AnyFlow {
+				f := pgflow.NewFlow[orderInput]("routed", pgflow.QueuePerStep(), pgflow.Timeout(10*time.Second))
+				pgflow.Step(f, "only", intHandler)
+				return f
+			},
+			want: []string{
+				`select pgflow.create_flow(flow_slug => 'routed', timeout => 10, queue_mode => 'step');`,
+				`select pgflow.add_step(flow_slug => 'routed', step_slug => 'only');`,
+			},
+		},
+		{
 			name: "conditions, modes and quoting",
 			build: func() pgflow.AnyFlow {
 				f := pgflow.NewFlow[orderInput]("cond_flow")

@@ -50,12 +50,21 @@ A [Worker] serves one or more flows. It reads their queues, claims tasks, runs h
 	})
 	err = w.Run(ctx) // until ctx is cancelled; then a graceful, bounded shutdown
 
+A flow shares one queue among its steps unless it is defined with [QueuePerStep]: then each step has a private
+queue, and [WorkerFlow].Steps lets a worker (or several, on other machines) serve chosen steps with their own
+concurrency, so a slow step with a deep backlog does not delay the others (docs/queues.md).
+
 A handler's context carries its step's timeout as the deadline; when the deadline passes before the handler
 returns, the attempt is recorded as timed out and retried per the step's policy. Return [Permanent] to fail a task without retry. Every result is fenced by the attempt
 that produced it: a late report from an attempt that was recovered and claimed again changes nothing
 ([Hooks].StaleResult reports it). Tasks interrupted by a shutdown go back to their queue without spending an
 attempt. [Worker.Start] and [Worker.Stop] give the same lifecycle in two calls; signal handling is the caller's
 (see examples/).
+
+[NewSchedule] starts a flow on a cron timetable with a fixed input ([WorkerConfig].Schedules): workers write the
+schedules to the database and fire their ticks, one worker at a time, one run per tick (its id derived from the
+schedule and the tick), with a per-schedule policy for ticks missed while no worker ran. [Client.ListSchedules],
+[Client.PauseSchedule] and [Client.ResumeSchedule] manage them; see docs/schedules.md.
 
 # Starting and following runs: the client
 

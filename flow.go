@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/pgflow-go/pgflow/internal/taskrun"
@@ -46,8 +48,10 @@ func (f *Flow[I]) EngineFlow() (*taskrun.Flow, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shape of flow %q: %w", f.c.slug, err)
 	}
-	def := &taskrun.Flow{Slug: f.c.slug, Shape: shape, Steps: make(map[string]*taskrun.Step, len(steps))}
+	def := &taskrun.Flow{Slug: f.c.slug, Shape: shape, QueueMode: f.c.queueMode(),
+		Steps: make(map[string]*taskrun.Step, len(steps))}
 	for _, d := range steps {
+		def.StepOrder = append(def.StepOrder, d.slug)
 		def.Steps[d.slug] = &taskrun.Step{Slug: d.slug, Map: d.stepType == stepTypeMap, Run: d.run}
 	}
 	return def, nil
@@ -83,6 +87,11 @@ func NewFlow[I any](slug string, opts ...FlowOption) *Flow[I] {
 	for _, p := range problems {
 		c.errs = append(c.errs, &DefinitionError{Flow: slug, Err: p.kind, Detail: p.detail})
 	}
+	if v.queuePerStep && len(c.errs) == 0 {
+		if detail := stepModeSlugProblem(slug, maxStepModeFlowSlugLen); detail != "" {
+			c.errs = append(c.errs, &DefinitionError{Flow: slug, Err: ErrInvalidSlug, Detail: detail})
+		}
+	}
 	c.opts = v
 	return &Flow[I]{c: c}
 }
@@ -114,6 +123,14 @@ func (c *flowCore) freeze() ([]*stepDef, error) {
 	return append([]*stepDef(nil), c.steps...), nil
 }
 
+// queueMode is the flow's queue mode as pgflow.flows.queue_mode spells it.
+func (c *flowCore) queueMode() string {
+	if c.opts.queuePerStep {
+		return queueModeStep
+	}
+	return queueModeFlow
+}
+
 // step returns the step with the given slug, or nil.
 func (c *flowCore) step(slug string) *stepDef {
 	c.mu.Lock()
@@ -126,10 +143,40 @@ func (c *flowCore) recordLocked(step string, kind error, detail string) {
 	c.errs = append(c.errs, &DefinitionError{Flow: c.slug, Step: step, Err: kind, Detail: detail})
 }
 
+// Queue modes of a flow (pgflow.flows.queue_mode).
 const (
-	maxFlowSlugLen = 47  // PGMQ queue names are limited to 47 characters and a flow's queue is named like the flow
-	maxStepSlugLen = 128 // pgflow.is_valid_slug
+	queueModeFlow = "flow"
+	queueModeStep = "step"
 )
+
+const (
+	maxFlowSlugLen         = 47  // PGMQ queue names are limited to 47 characters and a flow's queue is named like the flow
+	maxStepSlugLen         = 128 // pgflow.is_valid_slug
+	maxStepModeFlowSlugLen = 40  // QueuePerStep: room for "__" and a step index in 47 characters (pgflow._check_step_mode_slug)
+)
+
+// stepModeSlugProblem checks the extra rules of a slug in a flow with QueuePerStep, those of
+// pgflow._check_step_mode_slug (maxLen 0: no length rule), and returns "" or the problem naming the slug.
+func stepModeSlugProblem(slug string, maxLen int) string {
+	switch {
+	case maxLen > 0 && len(slug) > maxLen:
+		return fmt.Sprintf("%q is %d characters long; with QueuePerStep a flow slug may have at most %d, so that its steps' queue names fit PGMQ's 47", slug, len(slug), maxLen)
+	case strings.HasPrefix(slug, "_") || strings.HasSuffix(slug, "_"):
+		return fmt.Sprintf("%q starts or ends with '_', which QueuePerStep does not allow (queues are named <flow>__<step>)", slug)
+	case strings.Contains(slug, "__"):
+		return fmt.Sprintf("%q contains \"__\", which QueuePerStep does not allow (queues are named <flow>__<step>)", slug)
+	}
+	return ""
+}
+
+// stepQueueName is the private queue of a step of a flow with QueuePerStep: pgflow._step_queue_name.
+func stepQueueName(flowSlug, stepSlug string, stepIndex int) string {
+	name := strings.ToLower(flowSlug) + "__" + strings.ToLower(stepSlug)
+	if len(name) <= maxFlowSlugLen {
+		return name
+	}
+	return strings.ToLower(flowSlug) + "__" + strconv.Itoa(stepIndex)
+}
 
 var slugPattern = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 

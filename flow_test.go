@@ -397,3 +397,30 @@ func TestDefinitionErrorUnwrap(t *testing.T) {
 	require.False(t, errors.Is(de, pgflow.ErrInvalidSlug))
 	require.Equal(t, `pgflow: flow "f", step "s": duplicate step: d`, de.Error())
 }
+
+// QueuePerStep names each step's queue <flow>__<step>, so its slugs must keep those names unambiguous; the same
+// rules as pgflow._check_step_mode_slug, reported when the flow is defined.
+func TestQueuePerStepSlugRules(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ slug, mention string }{
+		{"_orders", `"_orders" starts or ends with '_'`},
+		{"orders_", `"orders_" starts or ends with '_'`},
+		{"my__orders", `"my__orders" contains "__"`},
+		{strings.Repeat("o", 41), "with QueuePerStep a flow slug may have at most 40"},
+	} {
+		f := pgflow.NewFlow[int](tc.slug, pgflow.QueuePerStep())
+		requireOneDefErr(t, f.Err(), pgflow.ErrInvalidSlug, tc.slug, "", tc.mention)
+	}
+	// The same slugs are fine for a flow with one queue.
+	require.NoError(t, pgflow.NewFlow[int]("my__orders").Err())
+
+	f := pgflow.NewFlow[orderInput]("orders", pgflow.QueuePerStep())
+	pgflow.Step(f, "fetch", intHandler)
+	pgflow.Step(f, "a__b", intHandler)
+	requireOneDefErr(t, f.Err(), pgflow.ErrInvalidSlug, "orders", "a__b", `contains "__"`)
+	g := pgflow.NewFlow[orderInput]("orders", pgflow.QueuePerStep())
+	pgflow.Step(g, "fetch", intHandler)
+	pgflow.Step(g, "Fetch", intHandler)
+	requireOneDefErr(t, g.Err(), pgflow.ErrDuplicateStep, "orders", "Fetch",
+		`differs only in letter case from step "fetch"; with QueuePerStep both would use queue "orders__fetch"`)
+}

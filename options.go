@@ -25,7 +25,8 @@ const (
 
 func (m WhenMode) valid() bool { return m == Fail || m == Skip || m == SkipCascade }
 
-// FlowOption configures a flow (NewFlow): MaxAttempts, BaseDelay and Timeout, the defaults of its steps.
+// FlowOption configures a flow (NewFlow): MaxAttempts, BaseDelay and Timeout, the defaults of its steps, and the
+// flow-only QueuePerStep.
 type FlowOption interface{ flowOption() Option }
 
 // StepOption configures a step (Step, Map, MapInput): every option. Step-only options (StartDelay, If, IfNot,
@@ -49,6 +50,11 @@ type StepOnlyOption struct{ o Option }
 
 func (o StepOnlyOption) stepOption() Option { return o.o }
 
+// FlowOnlyOption is an option of flows only (QueuePerStep); a step does not accept it.
+type FlowOnlyOption struct{ o Option }
+
+func (o FlowOnlyOption) flowOption() Option { return o.o }
+
 // optionProblem is what an Option reports when its value is unacceptable; the caller turns it into a
 // *DefinitionError naming the flow and step.
 type optionProblem struct {
@@ -68,6 +74,7 @@ type optionValues struct {
 	whenUnmet     WhenMode
 	whenExhausted WhenMode
 	deps          []AnyStep // DependsOn arguments in order (steps only)
+	queuePerStep  bool      // QueuePerStep (flows only)
 }
 
 // Upper bound of every integer option: the SQL columns are int4.
@@ -114,6 +121,21 @@ func Timeout(d time.Duration) Option {
 		v.timeout = &s
 		return nil
 	}}
+}
+
+// QueuePerStep gives every step of the flow a private queue, named <flow>__<step> in lower case (or
+// <flow>__<step index> when that would exceed PGMQ's 47 characters), instead of one queue for the whole flow.
+// A busy step then cannot delay the tasks of the others, and a worker can serve chosen steps with their own
+// concurrency (WorkerFlow.Steps), on any machine. The queue mode is stored with the flow and compared when a
+// worker starts, like the flow's shape: switching an existing flow's mode is a definition change (see
+// ShapeMismatchError). The names must stay unambiguous, so the flow slug has at most 40 characters, and neither
+// it nor any step slug starts or ends with '_' or contains "__"; step slugs must differ in more than letter case.
+// Flow option only. See docs/queues.md.
+func QueuePerStep() FlowOnlyOption {
+	return FlowOnlyOption{Option{name: "QueuePerStep", apply: func(v *optionValues) *optionProblem {
+		v.queuePerStep = true
+		return nil
+	}}}
 }
 
 // StartDelay delays the first delivery of a step's tasks once the step becomes ready (whole seconds >= 0).

@@ -224,6 +224,18 @@ func (c *flowCore) addStep(slug, stepType string, over AnyStep, nilHandler bool,
 		c.recordLocked(slug, ErrInvalidSlug, detail)
 	} else if prev, dup := c.bySlug[slug]; dup {
 		c.recordLocked(slug, ErrDuplicateStep, fmt.Sprintf("step %q is already defined (step index %d)", slug, prev.index))
+	} else if c.opts.queuePerStep {
+		if detail := stepModeSlugProblem(slug, 0); detail != "" {
+			c.recordLocked(slug, ErrInvalidSlug, detail)
+		}
+		for _, other := range c.steps {
+			if strings.EqualFold(other.slug, slug) {
+				c.recordLocked(slug, ErrDuplicateStep, fmt.Sprintf(
+					"step %q differs only in letter case from step %q; with QueuePerStep both would use queue %q",
+					slug, other.slug, stepQueueName(c.slug, slug, len(c.steps))))
+				break
+			}
+		}
 	}
 	if nilHandler {
 		c.recordLocked(slug, ErrInvalidHandler, "handler is nil")

@@ -1,11 +1,13 @@
 package pgflow
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"github.com/pgflow-go/pgflow/internal/observe"
 	"github.com/pgflow-go/pgflow/internal/pgerr"
 	"github.com/pgflow-go/pgflow/internal/poller"
+	"github.com/pgflow-go/pgflow/internal/scheduler"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
 	"github.com/pgflow-go/pgflow/internal/taskrun"
 )
@@ -68,11 +71,18 @@ type Worker struct {
 	stopped    chan struct{} // closed when the worker has stopped
 }
 
-// workerFlow is one flow a worker serves, with its queue and worker row.
+// workerFlow is one WorkerFlow: a flow, or chosen steps of a flow with per-step queues, with the queues it reads.
 type workerFlow struct {
-	def      *taskrun.Flow
-	limit    int
-	queue    string // resolved from the database at startup
+	def    *taskrun.Flow
+	limit  int // WorkerFlow.MaxConcurrent (0: none)
+	batch  int // WorkerFlow.BatchSize or WorkerConfig.BatchSize
+	queues []*servedQueue
+}
+
+// servedQueue is one queue a worker reads, with the steps routed to it and its worker row.
+type servedQueue struct {
+	name     string
+	steps    []string // the flow's steps whose tasks this queue carries, in step order
 	workerID string
 }
 
@@ -92,27 +102,65 @@ func NewWorker(client *Client, cfg *WorkerConfig) (*Worker, error) {
 	}
 	w := &Worker{client: client, pool: client.pool, cfg: rc, log: rc.Logger, stopped: make(chan struct{}),
 		cancelNow: make(chan struct{}), hurry: make(chan struct{})}
-	for i, wf := range rc.Flows {
-		def, err := wf.Flow.EngineFlow()
-		if err != nil {
-			return nil, fmt.Errorf("pgflow: NewWorker: %w", err)
+	defs := map[string]*taskrun.Flow{}
+	rows := 0
+	for _, wf := range rc.Flows {
+		slug := flowCoreOf(wf.Flow).slug
+		def, ok := defs[slug]
+		if !ok {
+			if def, err = wf.Flow.EngineFlow(); err != nil {
+				return nil, fmt.Errorf("pgflow: NewWorker: %w", err)
+			}
+			defs[slug] = def
 		}
-		w.flows = append(w.flows, &workerFlow{def: def, limit: wf.MaxConcurrent, workerID: rowID(rc, i, def.Slug)})
+		f := &workerFlow{def: def, limit: wf.MaxConcurrent, batch: cmp.Or(wf.BatchSize, rc.BatchSize)}
+		for _, q := range routesOf(def, wf.Steps) {
+			q.workerID = rowID(rc, rows, def, q.name)
+			rows++
+			f.queues = append(f.queues, q)
+		}
+		w.flows = append(w.flows, f)
 	}
 	return w, nil
 }
 
-// rowID is the worker id of the row serving the i-th flow: WorkerID (or a random id) for the first; for the
-// others an id derived from WorkerID and the flow, so a restarted worker with the same WorkerID keeps its rows,
-// or a random one.
-func rowID(rc resolvedConfig, i int, flow string) string {
-	if i == 0 {
+// routesOf returns the queues that carry the given steps of def (all steps when steps is empty): the flow's one
+// queue, or with per-step queues one queue per step, in step order.
+func routesOf(def *taskrun.Flow, steps []string) []*servedQueue {
+	if def.QueueMode != queueModeStep {
+		return []*servedQueue{{name: strings.ToLower(def.Slug), steps: steps}}
+	}
+	if len(steps) == 0 {
+		steps = def.StepOrder
+	}
+	index := make(map[string]int, len(def.StepOrder))
+	for i, s := range def.StepOrder {
+		index[s] = i
+	}
+	qs := make([]*servedQueue, 0, len(steps))
+	for _, s := range def.StepOrder {
+		if slices.Contains(steps, s) {
+			qs = append(qs, &servedQueue{name: stepQueueName(def.Slug, s, index[s]), steps: []string{s}})
+		}
+	}
+	return qs
+}
+
+// rowID is the id of the worker's n-th row: WorkerID (or a random id) for the first; for the others an id derived
+// from WorkerID and the flow slug (a flow's one queue) or the queue name (a per-step queue), so a restarted worker
+// with the same WorkerID keeps its rows, or a random one.
+func rowID(rc resolvedConfig, n int, def *taskrun.Flow, queue string) string {
+	if n == 0 {
 		return rc.WorkerID
 	}
 	if rc.workerIDDefault {
 		return newUUID()
 	}
-	sum := sha256.Sum256([]byte(rc.WorkerID + "/" + flow))
+	key := def.Slug
+	if def.QueueMode == queueModeStep {
+		key = queue
+	}
+	sum := sha256.Sum256([]byte(rc.WorkerID + "/" + key))
 	return formatUUID(sum[:16], 5)
 }
 
@@ -129,15 +177,26 @@ func flowCoreOf(flow AnyFlow) (c *flowCore) {
 	return flow.core()
 }
 
-// ID returns the id of the worker's row for its first flow (pgflow.workers.worker_id), a UUID. A worker serving
-// several flows has one row per flow's queue; WorkerIDs lists them.
-func (w *Worker) ID() string { return w.flows[0].workerID }
-
-// WorkerIDs returns the worker's row id for each flow it serves, by flow slug.
-func (w *Worker) WorkerIDs() map[string]string {
-	ids := make(map[string]string, len(w.flows))
+// ID returns the id of the worker's row for its first queue (pgflow.workers.worker_id), a UUID: WorkerID when it
+// was given. A worker reading several queues (several flows, or steps with per-step queues) has one row per
+// queue; WorkerIDs lists them.
+func (w *Worker) ID() string {
 	for _, f := range w.flows {
-		ids[f.def.Slug] = f.workerID
+		if len(f.queues) > 0 {
+			return f.queues[0].workerID
+		}
+	}
+	return w.cfg.WorkerID // only flows with per-step queues and no steps: no rows
+}
+
+// WorkerIDs returns the worker's row id for each queue it reads, by queue name (a flow's queue is its slug in
+// lower case; see QueuePerStep for per-step queues).
+func (w *Worker) WorkerIDs() map[string]string {
+	ids := map[string]string{}
+	for _, f := range w.flows {
+		for _, q := range f.queues {
+			ids[q.name] = q.workerID
+		}
 	}
 	return ids
 }
@@ -181,11 +240,13 @@ func (w *Worker) Start(ctx context.Context) error {
 		return err
 	}
 	w.launch(ctx)
-	names := make([]string, len(w.flows))
-	for i, f := range w.flows {
-		names[i] = f.def.Slug
+	var names []string
+	for _, f := range w.flows {
+		for _, q := range f.queues {
+			names = append(names, q.name)
+		}
 	}
-	w.log.Info("worker started", "worker_id", w.ID(), "flows", strings.Join(names, ","),
+	w.log.Info("worker started", "worker_id", w.ID(), "queues", strings.Join(names, ","),
 		"max_concurrent", w.cfg.MaxConcurrent, "batch_size", w.cfg.BatchSize, "listen", !w.cfg.PollOnly)
 	return nil
 }
@@ -199,44 +260,72 @@ func (w *Worker) startup(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	compiled := map[string]bool{}
 	for _, f := range w.flows {
-		var res sqlapi.CompileResult
-		err := w.retryStartup(ctx, fmt.Sprintf("compile flow %q", f.def.Slug), func(ctx context.Context) (err error) {
-			res, err = sqlapi.EnsureFlowCompiled(ctx, w.pool, f.def.Slug, f.def.Shape, w.cfg.AllowDataLoss)
-			return err
-		})
-		if err != nil {
-			return err
+		if compiled[f.def.Slug] {
+			continue
 		}
-		log := w.log.With("flow", f.def.Slug)
-		switch res.Status {
-		case "mismatch":
-			return &ShapeMismatchError{Flow: f.def.Slug, Differences: res.Differences}
-		case "recompiled":
-			log.Warn("flow definition changed: the flow was recompiled and its runs, tasks and queue were deleted",
-				"differences", strings.Join(res.Differences, "; "))
-		case "compiled":
-			log.Info("flow compiled into the database")
-		case "verified":
-			log.Debug("flow definition matches the database")
-		default:
-			return fmt.Errorf("pgflow: worker %s: pgflow.ensure_flow_compiled(%q) returned the unknown status %q", w.ID(), f.def.Slug, res.Status)
-		}
-		err = w.retryStartup(ctx, fmt.Sprintf("resolve the queue of flow %q", f.def.Slug), func(ctx context.Context) (err error) {
-			f.queue, err = sqlapi.FlowQueue(ctx, w.pool, f.def.Slug)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		err = w.retryStartup(ctx, fmt.Sprintf("register the worker of flow %q", f.def.Slug), func(ctx context.Context) error {
-			return sqlapi.RegisterWorker(ctx, w.pool, f.workerID, f.queue, workerFunctionName)
-		})
-		if err != nil {
+		compiled[f.def.Slug] = true
+		if err := w.compile(ctx, f.def); err != nil {
 			return err
 		}
 	}
+	for _, f := range w.flows {
+		for _, q := range f.queues {
+			err := w.retryStartup(ctx, fmt.Sprintf("register the worker of queue %q (flow %q)", q.name, f.def.Slug),
+				func(ctx context.Context) error {
+					return sqlapi.RegisterWorker(ctx, w.pool, q.workerID, q.name, workerFunctionName)
+				})
+			if err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// compile compiles or verifies one flow, then checks that the database routes its steps to the queues the worker
+// will read.
+func (w *Worker) compile(ctx context.Context, def *taskrun.Flow) error {
+	var res sqlapi.CompileResult
+	err := w.retryStartup(ctx, fmt.Sprintf("compile flow %q", def.Slug), func(ctx context.Context) (err error) {
+		res, err = sqlapi.EnsureFlowCompiled(ctx, w.pool, def.Slug, def.Shape, def.QueueMode, w.cfg.AllowDataLoss)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	log := w.log.With("flow", def.Slug)
+	switch res.Status {
+	case "mismatch":
+		return &ShapeMismatchError{Flow: def.Slug, Differences: res.Differences}
+	case "recompiled":
+		log.Warn("flow definition changed: the flow was recompiled and its runs, tasks and queues were deleted",
+			"differences", strings.Join(res.Differences, "; "))
+	case "compiled":
+		log.Info("flow compiled into the database", "queue_mode", def.QueueMode)
+	case "verified":
+		log.Debug("flow definition matches the database")
+	default:
+		return fmt.Errorf("pgflow: worker %s: pgflow.ensure_flow_compiled(%q) returned the unknown status %q", w.ID(), def.Slug, res.Status)
+	}
+	var routes map[string]string
+	err = w.retryStartup(ctx, fmt.Sprintf("read the queues of flow %q", def.Slug), func(ctx context.Context) (err error) {
+		routes, err = sqlapi.StepRoutes(ctx, w.pool, def.Slug)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for _, q := range routesOf(def, nil) {
+		for _, s := range q.steps {
+			if routes[s] != q.name {
+				return fmt.Errorf("pgflow: worker %s: step %q of flow %q is routed to queue %q in the database, but the worker would read %q; "+
+					"the steps' routes were changed outside pgflow", w.ID(), s, def.Slug, routes[s], q.name)
+			}
+		}
+	}
+	return w.upsertSchedules(ctx)
 }
 
 // retryStartup runs fn until it succeeds, fails permanently, or ctx ends (then it returns ctx's error).
@@ -286,37 +375,37 @@ func (w *Worker) launch(ctx context.Context) {
 	slots := poller.NewSlots(w.cfg.MaxConcurrent)
 	var pollers sync.WaitGroup
 	var subs []*notify.Subscription
+	var rows []maintenance.Row
 	for _, f := range w.flows {
-		log := w.log.With("flow", f.def.Slug, "worker_id", f.workerID, "queue", f.queue)
-		var sub *notify.Subscription
-		if listener != nil {
-			s, err := listener.Subscribe(sqlapi.QueueChannel(f.queue))
-			if err != nil {
-				log.Warn("cannot listen for queue notifications; polling instead", "error", err)
-			} else {
-				sub = s
-				subs = append(subs, s)
-			}
-		}
 		var flowSlots poller.Slots
 		if f.limit > 0 && f.limit < w.cfg.MaxConcurrent {
 			flowSlots = poller.NewSlots(f.limit)
 		}
-		p := poller.New(poller.Config{
-			DB: w.pool, Flow: f.def.Slug, Queue: f.queue, WorkerID: f.workerID, BatchSize: w.cfg.BatchSize,
-			VisibilitySeconds: w.cfg.vtSeconds, MaxPollSeconds: w.cfg.maxPollSeconds, PollIntervalMs: w.cfg.pollIntervalMs,
-			MaxPollWait: w.cfg.MaxPollWait, Slots: slots, FlowSlots: flowSlots, Wake: sub, Listener: listener,
-			Claimer: claimer.New(claimer.Config{DB: w.pool, Read: w.pool, Flow: f.def.Slug, Queue: f.queue,
-				WorkerID: f.workerID, Logger: log, Retry: w.retry}),
-			Executor: exec, Tasks: tasks, Observer: obs, Logger: log, Retry: w.retry,
-		})
-		pollers.Go(func() { p.Run(loop, calls) })
+		for _, q := range f.queues {
+			rows = append(rows, maintenance.Row{WorkerID: q.workerID, Queue: q.name})
+			log := w.log.With("flow", f.def.Slug, "worker_id", q.workerID, "queue", q.name)
+			var sub *notify.Subscription
+			if listener != nil {
+				s, err := listener.Subscribe(sqlapi.QueueChannel(q.name))
+				if err != nil {
+					log.Warn("cannot listen for queue notifications; polling instead", "error", err)
+				} else {
+					sub = s
+					subs = append(subs, s)
+				}
+			}
+			p := poller.New(poller.Config{
+				DB: w.pool, Flow: f.def.Slug, Queue: q.name, WorkerID: q.workerID, BatchSize: f.batch,
+				VisibilitySeconds: w.cfg.vtSeconds, MaxPollSeconds: w.cfg.maxPollSeconds, PollIntervalMs: w.cfg.pollIntervalMs,
+				MaxPollWait: w.cfg.MaxPollWait, Slots: slots, FlowSlots: flowSlots, Wake: sub, Listener: listener,
+				Claimer: claimer.New(claimer.Config{DB: w.pool, Read: w.pool, Flow: f.def.Slug, Queue: q.name,
+					WorkerID: q.workerID, Logger: log, Retry: w.retry}),
+				Executor: exec, Tasks: tasks, Observer: obs, Logger: log, Retry: w.retry,
+			})
+			pollers.Go(func() { p.Run(loop, calls) })
+		}
 	}
 
-	rows := make([]maintenance.Row, len(w.flows))
-	for i, f := range w.flows {
-		rows[i] = maintenance.Row{WorkerID: f.workerID, Queue: f.queue}
-	}
 	var bg sync.WaitGroup
 	beat, stopBeat := context.WithCancel(base)
 	bg.Go(func() {
@@ -325,6 +414,7 @@ func (w *Worker) launch(ctx context.Context) {
 	if !w.cfg.maintenanceOff {
 		bg.Go(func() { maintenance.RequeueStalled(loop, w.pool, w.cfg.MaintenanceInterval, w.log) })
 	}
+	bg.Go(func() { scheduler.New(scheduler.Config{DB: w.pool, Logger: w.log.With("worker_id", w.ID())}).Run(loop) })
 
 	w.mu.Lock()
 	w.running = true
@@ -442,11 +532,13 @@ func (w *Worker) markStopped(ctx context.Context) {
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopMarkTimeout)
 	defer cancel()
 	for _, f := range w.flows {
-		err := pgerr.Retry(mctx, w.retry, nil, func(ctx context.Context) error {
-			return sqlapi.MarkWorkerStopped(ctx, w.pool, f.workerID)
-		})
-		if err != nil && !errors.Is(err, sqlapi.ErrWorkerNotRegistered) {
-			w.log.Error("could not record the worker as stopped", "worker_id", f.workerID, "error", err)
+		for _, q := range f.queues {
+			err := pgerr.Retry(mctx, w.retry, nil, func(ctx context.Context) error {
+				return sqlapi.MarkWorkerStopped(ctx, w.pool, q.workerID)
+			})
+			if err != nil && !errors.Is(err, sqlapi.ErrWorkerNotRegistered) {
+				w.log.Error("could not record the worker as stopped", "worker_id", q.workerID, "error", err)
+			}
 		}
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -64,15 +66,28 @@ type WorkerConfig struct {
 	// Hooks observes polls, claimed tasks, handler runs and task outcomes, e.g. for metrics and traces
 	// (packages pgflowprom and pgflowotel); MultiHooks combines several. Default: none.
 	Hooks Hooks
+	// Schedules are cron schedules (NewSchedule) the worker writes to pgflow.schedules at startup, after compiling
+	// its flows: new ones are created, changed ones updated (a changed timetable starts at the worker's start, so
+	// no burst of old ticks fires), paused ones stay paused. A schedule's flow must exist in the database (serve it
+	// in Flows or compile it elsewhere). Every worker - with or without Schedules - fires the due ticks of every
+	// schedule of the database, one worker at a time under an advisory lock; see docs/schedules.md.
+	Schedules []*Schedule
 }
 
-// WorkerFlow is one flow a Worker serves.
+// WorkerFlow is one flow a Worker serves, or with QueuePerStep chosen steps of it.
 type WorkerFlow struct {
 	// Flow is the flow; create it with NewFlow.
 	Flow AnyFlow
-	// MaxConcurrent, when positive and smaller than WorkerConfig.MaxConcurrent, is this flow's share of the
+	// Steps, for a flow defined with QueuePerStep, are the steps this entry serves: the worker reads only their
+	// queues, so it never claims a task of another step. Empty: every step. A flow may be listed several times
+	// with disjoint Steps, each entry with its own MaxConcurrent and BatchSize; other steps can be served by
+	// other processes. A flow with one queue cannot be split (set QueuePerStep on it first).
+	Steps []string
+	// MaxConcurrent, when positive and smaller than WorkerConfig.MaxConcurrent, is this entry's share of the
 	// worker's handler slots: at most this many of its tasks run at once. 0: no limit of its own.
 	MaxConcurrent int
+	// BatchSize, when positive, replaces WorkerConfig.BatchSize for this entry's queues. 0: the worker's.
+	BatchSize int
 }
 
 // Defaults of WorkerConfig.
@@ -171,19 +186,70 @@ func (c WorkerConfig) resolve() (resolvedConfig, error) {
 	if len(r.Flows) == 0 {
 		bad("Flows", "[]", "give at least one flow, e.g. []pgflow.WorkerFlow{{Flow: myFlow}}")
 	}
-	seen := map[string]bool{}
+	// served records, per flow (lower-case slug), which entry serves the whole flow ("") or each step.
+	served := map[string]map[string]int{}
 	for i, f := range r.Flows {
 		core := flowCoreOf(f.Flow)
-		switch {
-		case core == nil:
+		if core == nil {
 			bad(fmt.Sprintf("Flows[%d].Flow", i), "nil", "create flows with NewFlow")
 			continue
-		case seen[strings.ToLower(core.slug)]:
-			bad(fmt.Sprintf("Flows[%d].Flow", i), fmt.Sprintf("%q", core.slug), "is listed more than once")
-		case f.MaxConcurrent < 0:
+		}
+		if f.MaxConcurrent < 0 {
 			bad(fmt.Sprintf("Flows[%d].MaxConcurrent", i), f.MaxConcurrent, "must be >= 0 (0 means no limit of its own)")
 		}
-		seen[strings.ToLower(core.slug)] = true
+		if f.BatchSize < 0 || f.BatchSize > math.MaxInt32 {
+			bad(fmt.Sprintf("Flows[%d].BatchSize", i), f.BatchSize, "must be between 0 (the worker's BatchSize) and 2147483647")
+		}
+		key := strings.ToLower(core.slug)
+		if served[key] == nil {
+			served[key] = map[string]int{}
+		}
+		if len(f.Steps) > 0 && !core.opts.queuePerStep {
+			bad(fmt.Sprintf("Flows[%d].Steps", i), fmt.Sprintf("%q", f.Steps), fmt.Sprintf(
+				"flow %q has one queue for all its steps; to serve chosen steps, define it with pgflow.QueuePerStep()", core.slug))
+			continue
+		}
+		parts := f.Steps
+		if len(parts) == 0 {
+			parts = []string{""}
+		}
+		for _, step := range parts {
+			if step != "" && core.step(step) == nil {
+				bad(fmt.Sprintf("Flows[%d].Steps", i), fmt.Sprintf("%q", step), fmt.Sprintf("flow %q has no such step", core.slug))
+				continue
+			}
+			if j, dup := served[key][step]; dup {
+				what := fmt.Sprintf("step %q of flow %q", step, core.slug)
+				if step == "" {
+					what = fmt.Sprintf("flow %q", core.slug)
+				}
+				bad(fmt.Sprintf("Flows[%d]", i), what, fmt.Sprintf("is already served by Flows[%d]", j))
+				continue
+			}
+			if j, whole := served[key][""]; whole && step != "" {
+				bad(fmt.Sprintf("Flows[%d].Steps", i), fmt.Sprintf("%q", step), fmt.Sprintf("is already served by Flows[%d], which serves the whole flow %q", j, core.slug))
+				continue
+			}
+			if step == "" && len(served[key]) > 0 {
+				j := slices.Min(slices.Collect(maps.Values(served[key])))
+				bad(fmt.Sprintf("Flows[%d]", i), fmt.Sprintf("flow %q", core.slug), fmt.Sprintf("has steps already served by Flows[%d]; list the remaining steps in Steps", j))
+				continue
+			}
+			served[key][step] = i
+		}
+	}
+	seenSchedules := map[string]bool{}
+	for i, sc := range r.Schedules {
+		switch {
+		case sc == nil:
+			bad(fmt.Sprintf("Schedules[%d]", i), "nil", "create schedules with NewSchedule")
+		case sc.spec == nil:
+			bad(fmt.Sprintf("Schedules[%d]", i), "a zero Schedule", "create schedules with NewSchedule")
+		case seenSchedules[sc.name]:
+			bad(fmt.Sprintf("Schedules[%d]", i), fmt.Sprintf("%q", sc.name), "is listed more than once")
+		default:
+			seenSchedules[sc.name] = true
+		}
 	}
 	if len(errs) > 0 {
 		return resolvedConfig{}, errors.Join(errs...)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -540,7 +542,7 @@ func compileFlow(t *testing.T, pool *pgxpool.Pool, f AnyFlow) {
 	t.Helper()
 	shape, err := f.Shape()
 	require.NoError(t, err)
-	res, err := sqlapi.EnsureFlowCompiled(context.Background(), pool, f.Slug(), shape, false)
+	res, err := sqlapi.EnsureFlowCompiled(context.Background(), pool, f.Slug(), shape, "", false)
 	require.NoError(t, err)
 	require.Equal(t, "compiled", res.Status)
 }
@@ -1036,7 +1038,31 @@ func TestNewWorkerErrors(t *testing.T) {
 	require.ErrorContains(t, err, "WorkerConfig.Flows[0].Flow = nil")
 	twice := shapeFlow("twice", "a")
 	_, err = newWorkerFor(t, db.Pool, twice, WorkerConfig{Flows: []WorkerFlow{{Flow: twice}}})
-	require.ErrorContains(t, err, `WorkerConfig.Flows[1].Flow = "twice": is listed more than once`)
+	require.ErrorContains(t, err, `WorkerConfig.Flows[1] = flow "twice": is already served by Flows[0]`)
+	_, err = newWorkerFor(t, db.Pool, twice, WorkerConfig{Flows: []WorkerFlow{{Flow: twice, Steps: []string{"a"}}}})
+	require.ErrorContains(t, err, `WorkerConfig.Flows[1].Steps = ["a"]: flow "twice" has one queue for all its steps; to serve chosen steps, define it with pgflow.QueuePerStep()`)
+	perStep := NewFlow[int]("per_step", QueuePerStep())
+	a := Step(perStep, "a", func(context.Context, *Task[int]) (int, error) { return 1, nil })
+	Step(perStep, "b", func(context.Context, *Task[int]) (int, error) { return 1, nil }, DependsOn(a))
+	_, err = NewWorker(newClient(t, db.Pool, nil), &WorkerConfig{Flows: []WorkerFlow{
+		{Flow: perStep, Steps: []string{"a"}}, {Flow: perStep, Steps: []string{"a", "c"}}, {Flow: perStep}, {Flow: perStep, BatchSize: -1}}})
+	require.ErrorContains(t, err, `WorkerConfig.Flows[1] = step "a" of flow "per_step": is already served by Flows[0]`)
+	require.ErrorContains(t, err, `WorkerConfig.Flows[1].Steps = "c": flow "per_step" has no such step`)
+	require.ErrorContains(t, err, `WorkerConfig.Flows[2] = flow "per_step": has steps already served by Flows[0]; list the remaining steps in Steps`)
+	require.ErrorContains(t, err, `WorkerConfig.Flows[3].BatchSize = -1`)
+	_, err = NewWorker(newClient(t, db.Pool, nil), &WorkerConfig{Flows: []WorkerFlow{{Flow: perStep}, {Flow: perStep, Steps: []string{"b"}}}})
+	require.ErrorContains(t, err, `WorkerConfig.Flows[1].Steps = "b": is already served by Flows[0], which serves the whole flow "per_step"`)
+	split, err := NewWorker(newClient(t, db.Pool, nil), &WorkerConfig{WorkerID: "6ba7b810-9dad-41d1-80b4-00c04fd430c8",
+		Flows: []WorkerFlow{{Flow: perStep, Steps: []string{"b"}}, {Flow: perStep, Steps: []string{"a"}, MaxConcurrent: 2}}})
+	require.NoError(t, err)
+	ids := split.WorkerIDs()
+	require.Equal(t, []string{"per_step__a", "per_step__b"}, slices.Sorted(maps.Keys(ids)), "one row per step queue")
+	require.Equal(t, "6ba7b810-9dad-41d1-80b4-00c04fd430c8", ids["per_step__b"], "the first entry's first queue has WorkerID")
+	empty, err := NewWorker(newClient(t, db.Pool, nil), &WorkerConfig{WorkerID: "6ba7b810-9dad-41d1-80b4-00c04fd430c8",
+		Flows: []WorkerFlow{{Flow: NewFlow[int]("no_steps", QueuePerStep())}}})
+	require.NoError(t, err)
+	require.Empty(t, empty.WorkerIDs(), "a flow with per-step queues and no steps has no queue to read")
+	require.Equal(t, "6ba7b810-9dad-41d1-80b4-00c04fd430c8", empty.ID())
 	_, err = newWorkerFor(t, db.Pool, shapeFlow("g", "a"), WorkerConfig{Flows: []WorkerFlow{{Flow: shapeFlow("h", "a"), MaxConcurrent: -2}}})
 	require.ErrorContains(t, err, "WorkerConfig.Flows[1].MaxConcurrent = -2")
 	_, err = newWorkerFor(t, db.Pool, shapeFlow("f", "a"), WorkerConfig{BatchSize: -1})

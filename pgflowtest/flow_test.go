@@ -396,3 +396,27 @@ func TestRunFlowReturnsWhenItsContextEnds(t *testing.T) {
 	require.Equal(t, "queued", tasks[0].Status)
 	require.Zero(t, tasks[0].AttemptsCount, "the attempt was not spent")
 }
+
+// A flow with per-step queues runs the same way: each task is claimed from its step's queue.
+func TestRunFlowRunsAFlowWithPerStepQueues(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	f := pgflow.NewFlow[int]("per_step_run", pgflow.QueuePerStep())
+	double := pgflow.Step(f, "double", func(ctx context.Context, t *pgflow.Task[int]) (int, error) {
+		n, err := t.FlowInput(ctx)
+		return 2 * n, err
+	})
+	plusOne := pgflow.Step(f, "plus_one", func(ctx context.Context, t *pgflow.Task[int]) (int, error) {
+		n, err := double.Output(t)
+		return n + 1, err
+	}, pgflow.DependsOn(double))
+	run, err := pgflowtest.RunFlow(t.Context(), db.Pool, f, 20, nil)
+	require.NoError(t, err)
+	got, err := pgflow.StepOutput(run, plusOne)
+	require.NoError(t, err)
+	require.Equal(t, 41, got)
+	var queues []string
+	require.NoError(t, db.Pool.QueryRow(t.Context(), `select array_agg(queue_name order by queue_name) from pgflow.step_tasks
+		where run_id = $1`, run.ID).Scan(&queues))
+	require.Equal(t, []string{"per_step_run__double", "per_step_run__plus_one"}, queues)
+}

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The light-module check (issue 13), run by `make test`: a library user's module graph holds pgx and what pgx
-# (and testify, which pgx requires too) brings along, and nothing else: no CLI, adapter or browser-test
+# (and testify, which pgx requires too) brings along, plus robfig/cron (the schedules' cron-expression parser: one
+# module with no dependencies of its own, so it adds exactly one line), and nothing else: no CLI, adapter or browser-test
 # dependency (cobra, Prometheus, OpenTelemetry, chromedp) leaks into github.com/pgflow-go/pgflow's go.mod.
 #
 # It builds two throwaway modules outside the repository, with the go directive of the root module:
 #   consumer   imports the library (the root package and schema), with a replace to this working tree;
-#   reference  requires only pgx and testify at the versions the root go.mod names;
+#   reference  requires only pgx, testify and robfig/cron at the versions the root go.mod names;
 # and requires every module of the consumer's `go list -m all` to be in the reference's (besides the two
 # modules themselves), and the consumer's go directive to stay at the root's (no dependency needs a newer Go).
 #
@@ -25,8 +26,9 @@ rootq() { (cd "$root" && GOFLAGS=-mod=readonly "$GO" list -m -f "$1" "${@:2}"); 
 go_version="$(rootq '{{.GoVersion}}')"
 pgx="$(rootq '{{.Version}}' github.com/jackc/pgx/v5)"
 testify="$(rootq '{{.Version}}' github.com/stretchr/testify)"
-[ -n "$go_version" ] && [ -n "$pgx" ] && [ -n "$testify" ] || {
-  echo "check-light-module: cannot read the go directive, pgx or testify from $root/go.mod" >&2
+cron="$(rootq '{{.Version}}' github.com/robfig/cron/v3)"
+[ -n "$go_version" ] && [ -n "$pgx" ] && [ -n "$testify" ] && [ -n "$cron" ] || {
+  echo "check-light-module: cannot read the go directive, pgx, testify or robfig/cron from $root/go.mod" >&2
   exit 1
 }
 
@@ -59,6 +61,7 @@ go $go_version
 require (
 	github.com/jackc/pgx/v5 $pgx
 	github.com/stretchr/testify $testify
+	github.com/robfig/cron/v3 $cron
 )
 MOD
 cat >"$tmp/reference/main.go" <<'SRC'
@@ -66,6 +69,7 @@ package main
 
 import (
 	_ "github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/robfig/cron/v3"
 	_ "github.com/stretchr/testify/require"
 )
 
@@ -87,7 +91,7 @@ fail=0
 extra="$(comm -23 "$tmp/consumer.list" "$tmp/reference.list" |
   grep -vx 'example.com/lightcheck/consumer\|github.com/pgflow-go/pgflow' || true)"
 if [ -n "$extra" ]; then
-  echo "check-light-module: a library user's go list -m all holds modules that pgx and testify do not bring:" >&2
+  echo "check-light-module: a library user's go list -m all holds modules that pgx, testify and robfig/cron do not bring:" >&2
   sed 's/^/  /' <<<"$extra" >&2
   echo "(the CLI, the adapters and the browser tests have their own go.mod; keep their dependencies there)" >&2
   fail=1

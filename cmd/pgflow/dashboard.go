@@ -29,14 +29,15 @@ func newDashboardCmd(g *globalOptions) *cobra.Command {
 		Use:   "dashboard",
 		Short: "Serve a web UI of flows, runs and workers (read-only unless a token is set)",
 		Long: `Serve the pgflow dashboard: flows with their step graphs, runs (filtered, paginated, live), each run's
-graph coloured by step status with a timeline, inputs, outputs and tasks, and the workers.
+graph coloured by step status with a timeline, inputs, outputs and tasks, the workers and the schedules.
 
 The run page and the run list update without reloading, fed by the engine's LISTEN/NOTIFY events. The
 pages only read: their database sessions run with default_transaction_read_only on.
 
 With a token (and without --read-only), the run page also offers Cancel, Retry and "Retry as new run": each
-button leads to a confirmation page whose form POSTs with a CSRF token derived from the token; the action runs
-through its own small writable connection pool. Without a token the dashboard is read-only.
+button leads to a confirmation page whose form POSTs with a CSRF token derived from the token; the schedules page
+offers Pause and Resume (forms that POST with the same CSRF token). The actions run through their own small
+writable connection pool. Without a token the dashboard is read-only.
 
 It listens on 127.0.0.1:8080 by default. To listen on any other interface it needs a token (--auth-token or
 $` + dashboardTokenEnv + `); with a token, every request must carry it, as "Authorization: Bearer <token>" or
@@ -94,7 +95,7 @@ workers, read from the database at each scrape (docs/observability.md). The same
 		"without a token, also serve requests for this host name besides localhost/127.0.0.1/[::1] (repeatable)")
 	cmd.Flags().DurationVar(&staleAfter, "stale-after", 30*time.Second,
 		"a running worker without a heartbeat for longer is shown as unresponsive")
-	cmd.Flags().BoolVar(&readOnlyFlag, "read-only", false, "no run actions (cancel, retry), also with a token")
+	cmd.Flags().BoolVar(&readOnlyFlag, "read-only", false, "no run or schedule actions (cancel, retry, pause, resume), also with a token")
 	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "",
 		"also serve Prometheus metrics at http://ADDR/metrics (host:port; default: off)")
 	return cmd

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,7 +20,9 @@ type flowJSON struct {
 	StepCount      int               `json:"step_count"`
 	MapStepCount   int               `json:"map_step_count"`
 	ActiveRuns     int64             `json:"active_runs"`
-	Queue          *queueJSON        `json:"queue"` // null when pgmq.metrics could not read the queue
+	QueueMode      string            `json:"queue_mode"` // "flow" (one queue) or "step" (one queue per step)
+	Queue          *queueJSON        `json:"queue"`      // the flow's one queue; null with per-step queues or when unreadable
+	Queues         []*queueJSON      `json:"queues"`     // every queue of the flow in step order; null entries are unreadable
 	Steps          []sqlapi.FlowStep `json:"steps"`
 }
 
@@ -38,10 +41,14 @@ func newFlowsCmd(g *globalOptions) *cobra.Command {
 attempts, base retry delay, task timeout), the runs still in progress and the depth of its PGMQ queue (messages in
 the queue, and how many of them a worker could read now; the rest wait for a retry delay or are being worked on).
 
---steps adds each flow's steps with their type and dependencies. --json prints an array of documents with the
-fields flow_slug, opt_max_attempts, opt_base_delay, opt_timeout, created_at, step_count, map_step_count,
-active_runs, queue {name, length, visible} (null if the queue cannot be read) and steps[] {step_slug, step_type,
-step_index, deps, queue_name}.`,
+A flow with per-step queues (pgflow.QueuePerStep) has one queue per step: QUEUED adds them up, and --steps shows
+each step's queue with its depth.
+
+--steps adds each flow's steps with their type, queue and dependencies. --json prints an array of documents with
+the fields flow_slug, opt_max_attempts, opt_base_delay, opt_timeout, created_at, step_count, map_step_count,
+active_runs, queue_mode ("flow" or "step"), queue {name, length, visible} (the flow's one queue; null with per-step
+queues or if it cannot be read), queues[] (every queue of the flow in step order, each like queue; null if it
+cannot be read) and steps[] {step_slug, step_type, step_index, deps, queue_name}.`,
 		Example: `  pgflow flows
   pgflow flows --steps
   pgflow flows --json | jq '.[] | {flow_slug, active_runs}'`,
@@ -72,16 +79,29 @@ step_index, deps, queue_name}.`,
 						d.MapStepCount++
 					}
 				}
-				// The flow's queue: the one its steps record (schema v0.17.0+), else the one named like the flow.
+				// The flow's queues: the ones its steps record (schema v0.17.0+), else the one named like the flow.
 				// A queue that cannot be read is shown as unknown.
-				queue := f.FlowSlug
+				names := []string{f.FlowSlug}
 				if len(f.Steps) > 0 && f.Steps[0].QueueName != nil {
-					queue = *f.Steps[0].QueueName
+					names = names[:0]
+					for _, st := range f.Steps {
+						if st.QueueName != nil && !slices.Contains(names, *st.QueueName) {
+							names = append(names, *st.QueueName)
+						}
+					}
 				}
-				if depth, err := sqlapi.GetQueueMetrics(ctx, pool, queue); err == nil {
-					d.Queue = &queueJSON{Name: queue, Length: depth.Length, Visible: depth.Visible}
-				} else if ctx.Err() != nil {
-					return ctx.Err()
+				d.QueueMode = f.QueueMode
+				for _, name := range names {
+					var q *queueJSON
+					if depth, err := sqlapi.GetQueueMetrics(ctx, pool, name); err == nil {
+						q = &queueJSON{Name: name, Length: depth.Length, Visible: depth.Visible}
+					} else if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					d.Queues = append(d.Queues, q)
+				}
+				if f.QueueMode != "step" && len(d.Queues) == 1 {
+					d.Queue = d.Queues[0]
 				}
 				docs = append(docs, d)
 			}
@@ -101,10 +121,7 @@ step_index, deps, queue_name}.`,
 				if d.MapStepCount > 0 {
 					stepsText += fmt.Sprintf(" (%d map)", d.MapStepCount)
 				}
-				queued := "?"
-				if d.Queue != nil {
-					queued = fmt.Sprintf("%d (%d visible)", d.Queue.Length, d.Queue.Visible)
-				}
+				queued := queuedText(d.Queues)
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%ds\t%ds\t%d\t%s\t%s\n", d.FlowSlug, stepsText, d.OptMaxAttempts,
 					d.OptBaseDelay, d.OptTimeout, d.ActiveRuns, queued, formatTime(d.CreatedAt))
 			}
@@ -120,7 +137,14 @@ step_index, deps, queue_name}.`,
 						if len(s.Deps) > 0 {
 							deps = "depends on " + strings.Join(s.Deps, ", ")
 						}
-						fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", s.StepIndex, s.StepSlug, s.StepType, deps)
+						queue := ""
+						if s.QueueName != nil {
+							queue = "queue " + *s.QueueName
+							if d.QueueMode == "step" {
+								queue += ": " + queuedText(queueNamed(d.Queues, *s.QueueName))
+							}
+						}
+						fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", s.StepIndex, s.StepSlug, s.StepType, queue, deps)
 					}
 					if err := tw.Flush(); err != nil {
 						return err
@@ -133,4 +157,32 @@ step_index, deps, queue_name}.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the flows as JSON")
 	cmd.Flags().BoolVar(&steps, "steps", false, "also list each flow's steps and dependencies")
 	return cmd
+}
+
+// queuedText sums the depths of queues: "N (V visible)", with "in K queues" for several, or "?" when one of them
+// could not be read.
+func queuedText(queues []*queueJSON) string {
+	var length, visible int64
+	for _, q := range queues {
+		if q == nil {
+			return "?"
+		}
+		length += q.Length
+		visible += q.Visible
+	}
+	text := fmt.Sprintf("%d (%d visible)", length, visible)
+	if len(queues) > 1 {
+		text += fmt.Sprintf(" in %d queues", len(queues))
+	}
+	return text
+}
+
+// queueNamed returns the queue called name among queues as a one-element list ([nil] when it was unreadable).
+func queueNamed(queues []*queueJSON, name string) []*queueJSON {
+	for _, q := range queues {
+		if q != nil && q.Name == name {
+			return []*queueJSON{q}
+		}
+	}
+	return []*queueJSON{nil}
 }

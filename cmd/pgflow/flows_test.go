@@ -61,8 +61,8 @@ func TestFlowsCommand(t *testing.T) {
 	require.Regexp(t, `squares\s+2 \(1 map\)\s+2\s+1s\s+10s\s+2\s+6 \(6 visible\)`, out)
 
 	out = mustCLI(t, "--database-url", db.URL, "flows", "--steps")
-	require.Regexp(t, `\nsquares\n\s+0\s+square\s+map\s*\n\s+1\s+sum\s+single\s+depends on square\n`, out)
-	require.Regexp(t, `\nfragile\n\s+0\s+ok\s+single\s*\n\s+1\s+boom\s+single\s+depends on ok\n`, out)
+	require.Regexp(t, `\nsquares\n\s+0\s+square\s+map\s+queue squares\s*\n\s+1\s+sum\s+single\s+queue squares\s+depends on square\n`, out)
+	require.Regexp(t, `\nfragile\n\s+0\s+ok\s+single\s+queue fragile\s*\n\s+1\s+boom\s+single\s+queue fragile\s+depends on ok\n`, out)
 }
 
 // A camelCase flow's queue is recorded in lower case; flows reads its depth all the same.
@@ -95,4 +95,40 @@ func TestFlowsCommandUnreadableQueue(t *testing.T) {
 	require.Len(t, docs, 1)
 	require.Nil(t, docs[0].Queue)
 	require.Regexp(t, `squares\s+2 \(1 map\)\s+2\s+1s\s+10s\s+0\s+\?`, mustCLI(t, "--database-url", db.URL, "flows"))
+}
+
+// A flow with per-step queues: flows shows every step's queue and its depth.
+func TestFlowsCommandPerStepQueues(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	for _, stmt := range []string{
+		`select pgflow.create_flow('routed', queue_mode => 'step')`,
+		`select pgflow.add_step('routed', 'first')`,
+		`select pgflow.add_step('routed', 'second')`,
+		`select pgflow.add_step('routed', 'after', array['first'])`,
+	} {
+		_, err := db.Pool.Exec(context.Background(), stmt)
+		require.NoError(t, err)
+	}
+	client, err := pgflow.NewClient(db.Pool, nil)
+	require.NoError(t, err)
+	defer client.Close()
+	for range 2 {
+		_, err := client.StartRunJSON(context.Background(), "routed", json.RawMessage(`{}`), nil)
+		require.NoError(t, err)
+	}
+
+	docs := decodeJSON[[]flowJSON](t, mustCLI(t, "--database-url", db.URL, "flows", "--json"))
+	require.Len(t, docs, 1)
+	require.Equal(t, "step", docs[0].QueueMode)
+	require.Nil(t, docs[0].Queue)
+	require.Equal(t, []*queueJSON{
+		{Name: "routed__first", Length: 2, Visible: 2}, {Name: "routed__second", Length: 2, Visible: 2}, {Name: "routed__after"},
+	}, docs[0].Queues)
+
+	require.Regexp(t, `routed\s+3\s+3\s+5s\s+60s\s+2\s+4 \(4 visible\) in 3 queues`, mustCLI(t, "--database-url", db.URL, "flows"))
+	out := mustCLI(t, "--database-url", db.URL, "flows", "--steps")
+	require.Regexp(t, `\s+0\s+first\s+single\s+queue routed__first: 2 \(2 visible\)\s*\n`, out)
+	require.Regexp(t, `\s+1\s+second\s+single\s+queue routed__second: 2 \(2 visible\)\s*\n`, out)
+	require.Regexp(t, `\s+2\s+after\s+single\s+queue routed__after: 0 \(0 visible\)\s+depends on first\n`, out)
 }

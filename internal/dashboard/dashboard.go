@@ -3,8 +3,8 @@
 //
 // Everything is in the Go binary: html/template pages, embedded CSS and a small script. The pages read the
 // pgflow tables through internal/sqlapi and change nothing. It is read-only unless a token and Config.Actions
-// are set: then the run page offers cancel and retry (POST with a CSRF token, after a confirmation page),
-// performed through the public Client.
+// are set: then the run page offers cancel and retry (POST with a CSRF token, after a confirmation page) and the
+// schedules page pause and resume (POST with a CSRF token), performed through the public Client.
 package dashboard
 
 import (
@@ -157,6 +157,10 @@ func (s *Server) routes() http.Handler {
 	}
 	mux.HandleFunc("GET /api/runs/{id}", s.handleRunAPI)
 	mux.HandleFunc("GET /workers", s.handleWorkers)
+	mux.HandleFunc("GET /schedules", s.handleSchedules)
+	for name := range scheduleActions {
+		mux.HandleFunc("POST /schedules/{name}/"+name, s.handleScheduleAction(name))
+	}
 	mux.HandleFunc("GET /events", s.handleEvents)
 	h := s.requireToken(sameSiteRedirects(mux))
 	if !s.actionsEnabled() {
@@ -192,7 +196,8 @@ func onlyActionPosts(next http.Handler) http.Handler {
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			http.Error(w, "only the run actions (POST /runs/<id>/cancel, retry, retry-fresh) change anything",
+			http.Error(w, "only the run and schedule actions (POST /runs/<id>/cancel, retry, retry-fresh; "+
+				"POST /schedules/<name>/pause, resume) change anything",
 				http.StatusMethodNotAllowed)
 			return
 		}
@@ -201,6 +206,11 @@ func onlyActionPosts(next http.Handler) http.Handler {
 }
 
 func isActionPath(p string) bool {
+	if rest, ok := strings.CutPrefix(p, "/schedules/"); ok {
+		_, name, ok := strings.Cut(rest, "/")
+		_, known := scheduleActions[name]
+		return ok && known
+	}
 	rest, ok := strings.CutPrefix(p, "/runs/")
 	if !ok {
 		return false

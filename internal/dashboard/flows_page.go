@@ -32,10 +32,14 @@ type flowsPage struct {
 	QueueErr string
 }
 
-// flowQueueNames returns the queues a flow's tasks go to: its default queue, lower(flow_slug), and every
-// queue a step routes to (steps.queue_name, schema v0.17.0+), without repeats.
-func flowQueueNames(flowSlug string, stepQueues []*string) []string {
-	names := []string{strings.ToLower(flowSlug)}
+// flowQueueNames returns the queues a flow's tasks go to: its default queue, lower(flow_slug) (not for a flow with
+// per-step queues, which has none), and every queue a step routes to (steps.queue_name, schema v0.17.0+), without
+// repeats.
+func flowQueueNames(flowSlug, queueMode string, stepQueues []*string) []string {
+	var names []string
+	if queueMode != "step" {
+		names = append(names, strings.ToLower(flowSlug))
+	}
 	for _, q := range stepQueues {
 		if q != nil && !contains(names, strings.ToLower(*q)) {
 			names = append(names, strings.ToLower(*q))
@@ -47,13 +51,13 @@ func flowQueueNames(flowSlug string, stepQueues []*string) []string {
 // flowQueues looks a flow's queues up in the metrics read with ListQueueMetrics. Queue names are matched without
 // regard to letter case, because a queue created before schema v0.17.0 may be listed in the flow slug's
 // spelling.
-func flowQueues(queues map[string]sqlapi.QueueMetrics, flowSlug string, stepQueues []*string) []queueView {
+func flowQueues(queues map[string]sqlapi.QueueMetrics, flowSlug, queueMode string, stepQueues []*string) []queueView {
 	byLower := make(map[string]sqlapi.QueueMetrics, len(queues))
 	for name, q := range queues {
 		byLower[strings.ToLower(name)] = q
 	}
 	var out []queueView
-	for _, name := range flowQueueNames(flowSlug, stepQueues) {
+	for _, name := range flowQueueNames(flowSlug, queueMode, stepQueues) {
 		if q, ok := byLower[name]; ok {
 			out = append(out, queueView{Name: q.Name, QueueMetrics: q, ShowName: q.Name != flowSlug})
 		} else {
@@ -82,7 +86,7 @@ func (s *Server) handleFlows(w http.ResponseWriter, r *http.Request) {
 			for i := range f.Steps {
 				sq[i] = f.Steps[i].QueueName
 			}
-			row.Queues = flowQueues(queues, f.FlowSlug, sq)
+			row.Queues = flowQueues(queues, f.FlowSlug, f.QueueMode, sq)
 		}
 		page.Flows = append(page.Flows, row)
 	}
@@ -97,6 +101,7 @@ type optValue struct {
 
 type stepOptions struct {
 	sqlapi.StepDefinition
+	Queue                                       *queueView // the step's own queue, with a flow with per-step queues
 	MaxAttempts, BaseDelay, Timeout, StartDelay optValue
 	Required, Forbidden                         string // compact JSON, "" when unset
 }
@@ -149,7 +154,11 @@ func (s *Server) handleFlow(w http.ResponseWriter, r *http.Request) {
 		for i := range def.Steps {
 			sq[i] = def.Steps[i].QueueName
 		}
-		page.Queues = flowQueues(queues, slug, sq)
+		page.Queues = flowQueues(queues, slug, def.QueueMode, sq)
+	}
+	byName := map[string]*queueView{}
+	for i := range page.Queues {
+		byName[strings.ToLower(page.Queues[i].Name)] = &page.Queues[i]
 	}
 	zero := 0
 	for _, st := range def.Steps {
@@ -159,6 +168,9 @@ func (s *Server) handleFlow(w http.ResponseWriter, r *http.Request) {
 			BaseDelay:      effective(st.BaseDelay, def.BaseDelay),
 			Timeout:        effective(st.Timeout, def.Timeout),
 			StartDelay:     effective(st.StartDelay, zero),
+		}
+		if def.QueueMode == "step" && st.QueueName != nil {
+			so.Queue = byName[strings.ToLower(*st.QueueName)]
 		}
 		so.Required = string(st.RequiredInputPattern)
 		so.Forbidden = string(st.ForbiddenInputPattern)

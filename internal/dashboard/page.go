@@ -14,7 +14,7 @@ import (
 // base is what every page's layout needs.
 type base struct {
 	Title string
-	Nav   string // flows | runs | workers
+	Nav   string // flows | runs | workers | schedules
 	Now   time.Time
 }
 

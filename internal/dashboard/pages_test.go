@@ -535,3 +535,26 @@ func TestRunPageSaysWhatTheRunWaitsOn(t *testing.T) {
 	e.exec(`update pgflow.runs set status = 'failed', failed_at = now() where run_id = $1`, id)
 	require.NotContains(t, e.ok("/runs/"+id), "run-waiting", "a finished run waits on nothing")
 }
+
+// A flow with per-step queues shows each step's queue and its depth, and no missing default queue.
+func TestFlowPagesShowPerStepQueues(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, dashboard.Config{})
+	e.exec(`select pgflow.create_flow('routed', queue_mode => 'step')`)
+	e.exec(`select pgflow.add_step('routed', 'first')`)
+	e.exec(`select pgflow.add_step('routed', 'second')`)
+	e.exec(`select pgflow.add_step('routed', 'after', array['first'])`)
+	startRun(t, e.db.Pool, "routed", `{}`)
+	startRun(t, e.db.Pool, "routed", `{}`)
+	startRun(t, e.db.Pool, "routed", `{}`)
+
+	row := tableRow(t, e.ok("/flows"), `data-flow="routed"`)
+	require.Regexp(t, `<span class="queue-length">3</span> queued, 3 visible(, oldest \d+s)? in <code>routed__first</code>`, row)
+	require.Regexp(t, `<span class="queue-length">3</span> queued, 3 visible(, oldest \d+s)? in <code>routed__second</code>`, row)
+	require.Contains(t, row, `<span class="queue-length">0</span> queued, 0 visible in <code>routed__after</code>`)
+	require.NotContains(t, row, "no queue")
+
+	body := e.ok("/flows/routed")
+	require.Contains(t, body, `<code>routed__second</code><div class="muted"><span class="queue-length">3</span> queued, 3 visible</div>`)
+	require.Contains(t, body, `<code>routed__after</code><div class="muted"><span class="queue-length">0</span> queued, 0 visible</div>`)
+}

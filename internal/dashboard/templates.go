@@ -19,7 +19,7 @@ type pages struct {
 	byName map[string]*template.Template
 }
 
-var pageNames = []string{"flows", "flow", "runs", "run", "workers", "error", "confirm"}
+var pageNames = []string{"flows", "flow", "runs", "run", "workers", "schedules", "error", "confirm"}
 
 func loadPages() (*pages, error) {
 	base, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html")

@@ -48,7 +48,7 @@ func (s *Server) handleWorkers(w http.ResponseWriter, r *http.Request) {
 		for i := range f.Steps {
 			sq[i] = f.Steps[i].QueueName
 		}
-		for _, q := range flowQueueNames(f.FlowSlug, sq) {
+		for _, q := range flowQueueNames(f.FlowSlug, f.QueueMode, sq) {
 			if _, taken := byQueue[q]; !taken {
 				byQueue[q] = f.FlowSlug
 			}

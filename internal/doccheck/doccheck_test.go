@@ -164,6 +164,11 @@ func makeThumb(ctx context.Context, url string) (Thumb, error)
 func listIDs(ctx context.Context, source string) ([]int, error)
 func loadRow(ctx context.Context, id int) (Row, error)
 `,
+	"docs/queues.md": `
+type Order struct{ ID int }
+
+var flow *pgflow.Flow[Order] // the page's flow, defined with QueuePerStep
+`,
 	"docs/worker.md": `
 type Order struct{ ID int }
 type Report struct{ Month string }

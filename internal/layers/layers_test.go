@@ -18,6 +18,7 @@ var rank = map[string]int{
 	"internal/poller":      1,
 	"internal/claimer":     2,
 	"internal/maintenance": 2,
+	"internal/scheduler":   2,
 	"internal/executor":    3,
 	"internal/completer":   4,
 	"internal/observe":     5,

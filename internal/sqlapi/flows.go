@@ -22,6 +22,7 @@ type Flow struct {
 	BaseDelay   int // flows.opt_base_delay, seconds
 	Timeout     int // flows.opt_timeout, seconds
 	CreatedAt   time.Time
+	QueueMode   string     // flows.queue_mode: "flow" or "step" (v0.20.0; "flow" on older schemas)
 	Steps       []FlowStep // in step_index order
 	Runs        RunCounts
 }
@@ -63,7 +64,8 @@ const flowStepsJSON = `
 `
 
 const listFlowsSQL = `
-select f.flow_slug, f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.created_at,` + flowStepsJSON + `  coalesce(rc.started, 0), coalesce(rc.completed, 0), coalesce(rc.failed, 0),
+select f.flow_slug, f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.created_at,
+  coalesce(to_jsonb(f) ->> 'queue_mode', 'flow'),` + flowStepsJSON + `  coalesce(rc.started, 0), coalesce(rc.completed, 0), coalesce(rc.failed, 0),
   coalesce(rc.cancelled, 0)
 from pgflow.flows as f
 left join (
@@ -97,7 +99,7 @@ func ListFlows(ctx context.Context, db DBTX, p ListFlowsParams) ([]Flow, error) 
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Flow, error) {
 		var f Flow
 		var steps []byte
-		if err := row.Scan(&f.FlowSlug, &f.MaxAttempts, &f.BaseDelay, &f.Timeout, &f.CreatedAt, &steps,
+		if err := row.Scan(&f.FlowSlug, &f.MaxAttempts, &f.BaseDelay, &f.Timeout, &f.CreatedAt, &f.QueueMode, &steps,
 			&f.Runs.Started, &f.Runs.Completed, &f.Runs.Failed, &f.Runs.Cancelled); err != nil {
 			return f, err
 		}
@@ -143,6 +145,7 @@ type FlowDefinition struct {
 	BaseDelay   int
 	Timeout     int
 	CreatedAt   time.Time
+	QueueMode   string           // "flow" or "step" (see Flow.QueueMode)
 	Steps       []StepDefinition // in step_index order
 }
 
@@ -165,7 +168,7 @@ func (f *FlowDefinition) EffectiveMaxAttempts(s StepDefinition) int {
 }
 
 const flowDefinitionSQL = `
-select f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.created_at
+select f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.created_at, coalesce(to_jsonb(f) ->> 'queue_mode', 'flow')
 from pgflow.flows as f where f.flow_slug = $1::text`
 
 const stepDefinitionsSQL = `
@@ -185,7 +188,7 @@ order by s.step_index`
 // GetFlowDefinition returns one flow with its steps, or nil when there is no such flow.
 func GetFlowDefinition(ctx context.Context, db DBTX, flowSlug string) (*FlowDefinition, error) {
 	f := &FlowDefinition{FlowSlug: flowSlug}
-	err := db.QueryRow(ctx, flowDefinitionSQL, flowSlug).Scan(&f.MaxAttempts, &f.BaseDelay, &f.Timeout, &f.CreatedAt)
+	err := db.QueryRow(ctx, flowDefinitionSQL, flowSlug).Scan(&f.MaxAttempts, &f.BaseDelay, &f.Timeout, &f.CreatedAt, &f.QueueMode)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -216,12 +219,14 @@ type CompileResult struct {
 	Differences []string `json:"differences"`
 }
 
-// EnsureFlowCompiled calls pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss).
-func EnsureFlowCompiled(ctx context.Context, db DBTX, flowSlug string, shape json.RawMessage, allowDataLoss bool) (CompileResult, error) {
+// EnsureFlowCompiled calls pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss, queue_mode); queueMode
+// is "flow" or "step" ("" means "flow").
+func EnsureFlowCompiled(ctx context.Context, db DBTX, flowSlug string, shape json.RawMessage, queueMode string, allowDataLoss bool) (CompileResult, error) {
 	var raw []byte
 	err := db.QueryRow(ctx,
-		`select pgflow.ensure_flow_compiled(flow_slug => $1::text, shape => $2::jsonb, allow_data_loss => $3::boolean)`,
-		flowSlug, string(shape), allowDataLoss).Scan(&raw)
+		`select pgflow.ensure_flow_compiled(flow_slug => $1::text, shape => $2::jsonb, allow_data_loss => $3::boolean,
+			queue_mode => nullif($4::text, ''))`,
+		flowSlug, string(shape), allowDataLoss, queueMode).Scan(&raw)
 	if err != nil {
 		return CompileResult{}, fmt.Errorf("pgflow.ensure_flow_compiled(flow %q): %w", flowSlug, err)
 	}
@@ -232,12 +237,34 @@ func EnsureFlowCompiled(ctx context.Context, db DBTX, flowSlug string, shape jso
 	return res, nil
 }
 
-// FlowQueue returns the queue a worker of the flow polls: the flow's default route as the database defines it
-// (pgflow._default_queue_name), so Go never rebuilds a queue name from a slug.
+// StepRoutes returns the stored route of each step of a flow (pgflow.steps.queue_name), by step slug, so Go never
+// rebuilds a queue name the database did not record.
+func StepRoutes(ctx context.Context, db DBTX, flowSlug string) (map[string]string, error) {
+	rows, err := db.Query(ctx, `select s.step_slug, s.queue_name from pgflow.steps as s where s.flow_slug = $1::text`, flowSlug)
+	if err != nil {
+		return nil, fmt.Errorf("routes of flow %q: %w", flowSlug, err)
+	}
+	routes := map[string]string{}
+	var step, queue string
+	_, err = pgx.ForEachRow(rows, []any{&step, &queue}, func() error {
+		routes[step] = queue
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("routes of flow %q: %w", flowSlug, err)
+	}
+	return routes, nil
+}
+
+// FlowQueue returns a queue of the flow for a worker row: the route of its first step, or for a flow without
+// steps its default queue (pgflow._default_queue_name).
 func FlowQueue(ctx context.Context, db DBTX, flowSlug string) (string, error) {
 	var q string
-	if err := db.QueryRow(ctx, `select pgflow._default_queue_name($1::text)`, flowSlug).Scan(&q); err != nil {
-		return "", fmt.Errorf("default queue of flow %q: %w", flowSlug, err)
+	err := db.QueryRow(ctx, `select coalesce(
+			(select s.queue_name from pgflow.steps as s where s.flow_slug = $1::text order by s.step_index limit 1),
+			pgflow._default_queue_name($1::text))`, flowSlug).Scan(&q)
+	if err != nil {
+		return "", fmt.Errorf("queue of flow %q: %w", flowSlug, err)
 	}
 	return q, nil
 }

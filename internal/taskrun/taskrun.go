@@ -53,9 +53,11 @@ type Step struct {
 // Flow is what the engine needs of one flow: its slug, the shape pgflow.ensure_flow_compiled checks, and its
 // steps by slug.
 type Flow struct {
-	Slug  string
-	Shape json.RawMessage
-	Steps map[string]*Step
+	Slug      string
+	Shape     json.RawMessage
+	QueueMode string   // "flow" (one queue) or "step" (one queue per step): pgflow.flows.queue_mode
+	StepOrder []string // step slugs in definition order (= step_index)
+	Steps     map[string]*Step
 }
 
 // Permanent reports whether err, or an error it wraps, asks not to be retried: it has a method Permanent() bool

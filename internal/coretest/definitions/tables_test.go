@@ -14,7 +14,8 @@ func TestTableColumns(t *testing.T) {
 
 	want := map[string]string{
 		"flows": "flow_slug text NOT NULL, opt_max_attempts integer NOT NULL 3, opt_base_delay integer NOT NULL 1, " +
-			"opt_timeout integer NOT NULL 60, created_at timestamp with time zone NOT NULL now()",
+			"opt_timeout integer NOT NULL 60, created_at timestamp with time zone NOT NULL now(), " +
+			"queue_mode text NOT NULL 'flow'::text",
 		"steps": "flow_slug text NOT NULL, step_slug text NOT NULL, step_type text NOT NULL 'single'::text, " +
 			"step_index integer NOT NULL 0, deps_count integer NOT NULL 0, opt_max_attempts integer, " +
 			"opt_base_delay integer, opt_timeout integer, created_at timestamp with time zone NOT NULL now(), " +
@@ -47,6 +48,12 @@ func TestTableColumns(t *testing.T) {
 		"worker_functions": "function_name text NOT NULL, enabled boolean NOT NULL true, " +
 			"debounce interval NOT NULL '00:00:06'::interval, last_invoked_at timestamp with time zone, " +
 			"created_at timestamp with time zone NOT NULL now(), updated_at timestamp with time zone NOT NULL now()",
+		"schedules": "schedule_name text NOT NULL, flow_slug text NOT NULL, cron text NOT NULL, " +
+			"time_zone text NOT NULL 'UTC'::text, input jsonb NOT NULL, missed text NOT NULL 'skip'::text, " +
+			"max_catch_up integer NOT NULL 10, paused boolean NOT NULL false, " +
+			"last_tick timestamp with time zone NOT NULL, last_run_id uuid, next_tick timestamp with time zone, " +
+			"created_at timestamp with time zone NOT NULL now(), updated_at timestamp with time zone NOT NULL now(), " +
+			"paused_at timestamp with time zone",
 	}
 	for table, cols := range want {
 		got := queryVal[string](t, pool, `
@@ -68,7 +75,7 @@ func TestConstraintAndIndexNames(t *testing.T) {
 	pool := newDB(t)
 
 	wantConstraints := map[string]string{
-		"flows": "flows_pkey opt_base_delay_is_nonnegative opt_max_attempts_is_nonnegative opt_timeout_is_positive slug_is_valid",
+		"flows": "flows_pkey opt_base_delay_is_nonnegative opt_max_attempts_is_nonnegative opt_timeout_is_positive queue_mode_is_valid slug_is_valid",
 		"steps": "forbidden_input_pattern_is_object opt_base_delay_is_nonnegative opt_max_attempts_is_nonnegative " +
 			"opt_start_delay_is_nonnegative opt_timeout_is_positive required_input_pattern_is_object " +
 			"steps_deps_count_check steps_flow_slug_fkey steps_flow_slug_step_index_key steps_pkey " +
@@ -90,6 +97,8 @@ func TestConstraintAndIndexNames(t *testing.T) {
 			"step_tasks_queue_name_message_id_key step_tasks_run_id_fkey step_tasks_run_id_step_slug_fkey valid_status",
 		"workers":          "workers_pkey",
 		"worker_functions": "worker_functions_debounce_check worker_functions_pkey",
+		"schedules": "schedules_cron_not_empty schedules_flow_slug_fkey schedules_max_catch_up_in_range " +
+			"schedules_missed_is_valid schedules_name_is_valid schedules_paused_at_only_when_paused schedules_pkey",
 	}
 	for table, names := range wantConstraints {
 		got := queryVal[string](t, pool, `
@@ -102,6 +111,7 @@ func TestConstraintAndIndexNames(t *testing.T) {
 		"deps: deps_pkey idx_deps_by_flow_dep idx_deps_by_flow_step",
 		"flows: flows_default_queue_key flows_pkey",
 		"runs: idx_runs_flow_slug idx_runs_started_at idx_runs_status runs_pkey",
+		"schedules: idx_schedules_flow_slug schedules_pkey",
 		// v0.19.0 dropped idx_step_states_run_id, idx_step_tasks_flow_run_step and idx_step_tasks_message_id
 		// (covered by the primary keys and the queue identity key; docs/pgflow-differences.md).
 		"step_states: idx_step_states_failed idx_step_states_flow_slug idx_step_states_ready " +
@@ -117,7 +127,8 @@ func TestConstraintAndIndexNames(t *testing.T) {
 		select string_agg(line, E'\n' order by line)
 		from (select tablename || ': ' || string_agg(indexname, ' ' order by indexname collate "C") as line
 		      from pg_indexes where schemaname = 'pgflow' and tablename in
-		        ('flows', 'steps', 'deps', 'runs', 'step_states', 'step_tasks', 'workers', 'worker_functions')
+		        ('flows', 'steps', 'deps', 'runs', 'step_states', 'step_tasks', 'workers', 'worker_functions',
+		         'schedules')
 		      group by tablename) as t`)
 	require.Equal(t, wantIndexes, got)
 

@@ -64,8 +64,9 @@ func TestFailTaskRetryDelay(t *testing.T) {
 		"an exhausted task fails whatever the delay")
 }
 
-// Start delays announce when the messages become visible: one notification per queue and transaction, with the
-// earliest time, whether steps start one by one (start_flow) or in a batch (complete_tasks, start_flows).
+// Start delays announce when the messages become visible: one notification per queue and distinct delay of a
+// transaction (identical ones folded), whether steps start one by one (start_flow) or in a batch (start_flows), so
+// a worker wakes for the later delay too, not only for the earliest.
 func TestStartDelaysNotifyVisibleAt(t *testing.T) {
 	t.Parallel()
 	d := newDB(t)
@@ -73,24 +74,31 @@ func TestStartDelaysNotifyVisibleAt(t *testing.T) {
 	fx.Exec(t, db, "select pgflow.create_flow('sd')")
 	fx.Exec(t, db, "select pgflow.add_step('sd', 'late', start_delay => 40)")
 	fx.Exec(t, db, "select pgflow.add_step('sd', 'soon', start_delay => 20)")
+	fx.Exec(t, db, "select pgflow.add_step('sd', 'also_soon', start_delay => 20)")
 	fx.Exec(t, db, "select pgflow.add_step('sd', 'now')")
 	collect := queueNotifications(t, d.URL, "sd")
 
+	vt := func(step string) time.Time {
+		return fx.Val[time.Time](t, db, `select max(q.vt) from pgmq.q_sd q join pgflow.step_tasks t on t.message_id = q.msg_id
+			where t.step_slug = $1`, step)
+	}
 	startedAt := time.Now()
 	fx.StartFlow(t, db, "sd", `{}`)
 	got := collect()
-	require.Len(t, got, 2, "%v", got)
+	require.Len(t, got, 3, "'' once, then one time per distinct delay: %v", got)
 	require.Equal(t, "", got[0])
-	at := visibleAt(t, got[1])
-	soon := fx.Val[time.Time](t, db, `select q.vt from pgmq.q_sd q join pgflow.step_tasks t on t.message_id = q.msg_id
-		where t.step_slug = 'soon'`)
-	require.False(t, at.Before(soon), "announced %v, visible %v", at, soon)
-	require.Less(t, at.Sub(soon), time.Second)
-	require.InDelta(t, 20, at.Sub(startedAt).Seconds(), 5)
+	for i, step := range []string{"soon", "late"} {
+		at := visibleAt(t, got[1+i])
+		require.False(t, at.Before(vt(step)), "%s: announced %v, visible %v", step, at, vt(step))
+		require.Less(t, at.Sub(vt(step)), time.Second, step)
+	}
+	require.InDelta(t, 20, visibleAt(t, got[1]).Sub(startedAt).Seconds(), 5)
+	require.InDelta(t, 40, visibleAt(t, got[2]).Sub(startedAt).Seconds(), 5)
 
 	fx.Exec(t, db, "select pgflow.start_flows('sd', array['{}', '{}']::jsonb[])")
 	got = collect()
-	require.Len(t, got, 2, "%v", got)
+	require.Len(t, got, 3, "%v", got)
 	require.Equal(t, "", got[0])
 	require.InDelta(t, 20, time.Until(visibleAt(t, got[1])).Seconds(), 5)
+	require.InDelta(t, 40, time.Until(visibleAt(t, got[2])).Seconds(), 5)
 }

@@ -145,3 +145,39 @@ func TestPruneSkipsMissingArchiveTables(t *testing.T) {
 	fx.Exec(t, db, "select pgflow.prune_data_older_than(interval '1 hour')")
 	require.False(t, fx.InArchive(t, db, "kept", old))
 }
+
+// With per-step queues the queue messages of pruned runs are deleted from each step's queue and every step
+// queue's old archive rows go, too.
+func TestPruneDataOlderThanPerStepQueues(t *testing.T) {
+	t.Parallel()
+	db := newDB(t).Pool
+	installPrune(t, db)
+	fx.Exec(t, db, "select pgflow.create_flow('ps', queue_mode => 'step')")
+	fx.Exec(t, db, "select pgflow.add_step('ps', 'a')")
+	fx.Exec(t, db, "select pgflow.add_step('ps', 'b')")
+
+	fx.EnsureWorker(t, db, "ps__a", fx.DefaultWorker)
+	done := fx.StartFlow(t, db, "ps", `{}`)
+	aDone := *fx.GetTask(t, db, done.RunID, "a", 0).MessageID
+	bDone := *fx.GetTask(t, db, done.RunID, "b", 0).MessageID
+	require.Len(t, fx.StartTasksFrom(t, db, "ps", "ps__a", []int64{aDone}, fx.DefaultWorker), 1)
+	require.Len(t, fx.StartTasksFrom(t, db, "ps", "ps__b", []int64{bDone}, fx.DefaultWorker), 1)
+	fx.CompleteTask(t, db, done.RunID, "a", 0, `1`)
+	fx.CompleteTask(t, db, done.RunID, "b", 0, `2`)
+	age(t, db, done.RunID, 30)
+	fx.Exec(t, db, "update pgmq.a_ps__a set archived_at = archived_at - interval '30 days'")
+	fx.Exec(t, db, "update pgmq.a_ps__b set archived_at = archived_at - interval '30 days'")
+
+	failed := fx.StartFlow(t, db, "ps", `{}`)
+	aFailed := *fx.GetTask(t, db, failed.RunID, "a", 0).MessageID
+	bFailed := *fx.GetTask(t, db, failed.RunID, "b", 0).MessageID
+	fx.Exec(t, db, "update pgflow.runs set status = 'failed', failed_at = now() where run_id = $1", failed.RunID)
+	age(t, db, failed.RunID, 30)
+
+	fx.Exec(t, db, "select pgflow.prune_data_older_than(interval '7 days')")
+	require.Zero(t, fx.Val[int](t, db, "select count(*)::int from pgflow.runs"))
+	require.False(t, fx.InArchive(t, db, "ps__a", aDone))
+	require.False(t, fx.InArchive(t, db, "ps__b", bDone))
+	require.False(t, fx.InQueue(t, db, "ps__a", aFailed))
+	require.False(t, fx.InQueue(t, db, "ps__b", bFailed))
+}

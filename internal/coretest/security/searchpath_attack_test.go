@@ -87,7 +87,8 @@ func TestNoGrantedFunctionRunsAttackerCodeWithOtherRights(t *testing.T) {
 			fns := grantedFunctions(t, db.Pool, attacker)
 			require.NotEmpty(t, fns, "the scenario grants some function")
 			if sc.name == "pgflow_client" {
-				require.ElementsMatch(t, []string{"pgflow.get_run_with_states", "pgflow.schema_version", "pgflow.start_flow_with_states"}, fnNames(fns))
+				require.ElementsMatch(t, []string{"pgflow.get_run_with_states", "pgflow.pause_schedule", "pgflow.resume_schedule",
+					"pgflow.schema_version", "pgflow.start_flow_with_states"}, fnNames(fns))
 			}
 
 			conn, notices := attackerSession(t, db.URL, attacker)
@@ -220,6 +221,9 @@ func setupFixture(t *testing.T, pool interface {
 	_, err = pool.Exec(ctx, `select * from pgflow.start_tasks('sec', array[$1::bigint], $2::uuid)`, fx.msgID, fx.workerID)
 	require.NoError(t, err)
 	require.NoError(t, pool.QueryRow(ctx, `select pgflow._get_flow_shape('sec')::text`).Scan(&fx.shape))
+	// A schedule named like the flow, so the schedule functions (called with 'sec') run their whole bodies.
+	_, err = pool.Exec(ctx, `select pgflow.upsert_schedule('sec', 'sec', '* * * * *', 'UTC', '{}', since => now() - interval '1 hour')`)
+	require.NoError(t, err)
 	return fx
 }
 

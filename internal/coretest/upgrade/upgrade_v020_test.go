@@ -41,6 +41,14 @@ func TestUpgradeToV020FinishesFailedRuns(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "v0.20.0", report.Current)
 
+	// Existing flows keep one queue (queue mode 'flow'), their routes unchanged; the worker's compilation verifies
+	// them, and a step-mode definition of the same flow is a difference, not a silent switch.
+	require.Equal(t, "flow", fx.Val[string](t, p, "select queue_mode from pgflow.flows where flow_slug = 'up'"))
+	require.Equal(t, []string{"up"}, fx.Val[[]string](t, p, "select array_agg(distinct queue_name) from pgflow.steps where flow_slug = 'up'"))
+	shape := fx.Val[string](t, p, "select pgflow._get_flow_shape('up')::text")
+	require.Equal(t, "verified", fx.Val[string](t, p, "select pgflow.ensure_flow_compiled('up', $1::jsonb)->>'status'", shape))
+	require.Equal(t, "mismatch", fx.Val[string](t, p, "select pgflow.ensure_flow_compiled('up', $1::jsonb, queue_mode => 'step')->>'status'", shape))
+
 	require.Equal(t, "cancelled", fx.GetTask(t, p, failed.RunID, "b", 0).Status)
 	for _, s := range []string{"b", "c"} {
 		st := fx.GetStep(t, p, failed.RunID, s)

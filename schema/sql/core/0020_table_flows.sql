@@ -1,18 +1,25 @@
 -- pgflow.flows: one row per workflow definition. opt_* columns are the defaults every step of the flow inherits
 -- unless the step overrides them. The flow's default PGMQ queue is pgflow._default_queue_name(flow_slug), i.e.
 -- lower(flow_slug); flows_default_queue_key makes sure two flows never address the same default queue (flow slugs
--- that differ only in letter case), also for rows inserted with plain SQL.
+-- that differ only in letter case), also for rows inserted with plain SQL. queue_mode (v0.20.0) is deployment
+-- metadata, not part of the DAG: 'flow' sends every step's tasks to the default queue; 'step' gives every step a
+-- private queue of its own (pgflow._step_queue_name), and the flow has no default queue.
 create table pgflow.flows (
   flow_slug        text        not null,
   opt_max_attempts int         not null default 3,
   opt_base_delay   int         not null default 1,
   opt_timeout      int         not null default 60,
   created_at       timestamptz not null default now(),
+  queue_mode       text        not null default 'flow',
   constraint flows_pkey primary key (flow_slug),
   constraint slug_is_valid check (pgflow.is_valid_slug(flow_slug)),
   constraint opt_max_attempts_is_nonnegative check (opt_max_attempts >= 0),
   constraint opt_base_delay_is_nonnegative check (opt_base_delay >= 0),
-  constraint opt_timeout_is_positive check (opt_timeout > 0)
+  constraint opt_timeout_is_positive check (opt_timeout > 0),
+  constraint queue_mode_is_valid check (queue_mode in ('flow', 'step'))
 );
 
 create unique index flows_default_queue_key on pgflow.flows (pgflow._default_queue_name(flow_slug));
+
+comment on column pgflow.flows.queue_mode is
+  'Where the flow''s tasks are sent: ''flow'' = one queue for the whole flow (its default queue), ''step'' = one private queue per step.';

@@ -1,7 +1,8 @@
 -- pgflow.steps: the nodes of a flow's DAG. step_index is the insertion order, which is a topological order
 -- because a step's dependencies must exist before the step is added. NULL opt_* columns inherit the flow's value.
 -- queue_name is the step's route: the canonical (lower-case) name of the PGMQ queue its tasks are sent to, recorded
--- by add_step (always the flow's default queue, pgflow._default_queue_name(flow_slug), in this version).
+-- by add_step: the flow's default queue, pgflow._default_queue_name(flow_slug), for a flow in queue mode 'flow', or
+-- the step's private queue, pgflow._step_queue_name(flow_slug, step_slug, step_index), in queue mode 'step'.
 create table pgflow.steps (
   flow_slug               text        not null,
   step_slug               text        not null,

@@ -120,8 +120,8 @@ begin
       ) as sent on sent.n = m.n;
 
     -- Wake the workers waiting on this queue (one notification per queue and transaction: PostgreSQL folds
-    -- identical notifications of one transaction). Delayed messages: tell them when the messages become visible
-    -- (groups come in ascending delay per queue, so the earliest time of a queue is announced first).
+    -- identical notifications of one transaction). Delayed messages: tell them when the messages become visible,
+    -- one announcement per (queue, delay) group.
     if v_group.start_delay = 0 then
       perform pg_notify('pgflow:queue:' || v_group.queue_name, '');
     else
@@ -147,8 +147,8 @@ exactly what pgflow.start_ready_steps(run_id) guarantees, done set-based:
     index); no queue is created here (no DDL);
   * after sending undelayed messages to a queue, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers
     listening for that queue (at commit; folded into one notification per queue and transaction); after sending
-    delayed ones, pgflow._notify_queue_visible_at announces when they become visible, the earliest delay of a
-    queue first, so one {"visible_at": ...} per queue (v0.20.0);
+    delayed ones, pgflow._notify_queue_visible_at announces when they become visible, one {"visible_at": ...} per
+    queue and delay (v0.20.0);
   * steps with initial_tasks NULL or 0 are never started here, and conditions are not evaluated here (as in
     start_ready_steps);
   * the step states named by the pairs (started_run_ids[i], started_step_slugs[i]) were made 'started' by the

@@ -19,6 +19,7 @@ begin
     select pgflow._default_queue_name(f.flow_slug)
       from pgflow.flows as f
      where f.flow_slug = p_flow_slug
+       and f.queue_mode = 'flow'
        and not exists (select 1 from pgflow.steps as s where s.flow_slug = f.flow_slug)
      order by 1
   loop
@@ -56,8 +57,9 @@ $$;
 
 comment on function pgflow.delete_flow_and_data(p_flow_slug text) is $doc$
 pgflow.delete_flow_and_data(p_flow_slug) guarantees: removes the flow completely in the caller's transaction:
-  * the flow's queues are its persisted routes (the distinct steps.queue_name of its steps), or its default queue
-    pgflow._default_queue_name(p_flow_slug) when the flow exists but has no steps;
+  * the flow's queues are its persisted routes (the distinct steps.queue_name of its steps: one queue, or one
+    per step for a flow with per-step queues), or its default queue pgflow._default_queue_name(p_flow_slug) when
+    the flow exists in queue mode 'flow' but has no steps (a flow in queue mode 'step' without steps has none);
   * each of those queues is resolved to the spelling PGMQ lists for it (pgmq.list_queues(), compared in lower
     case, so a mixed-case queue created by v0.16.0 is found); a queue listed under more than one spelling is
     ambiguous and raises an error naming the flow, the queue and the spellings BEFORE anything is deleted;

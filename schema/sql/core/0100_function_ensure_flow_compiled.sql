@@ -1,7 +1,8 @@
 create or replace function pgflow.ensure_flow_compiled(
   flow_slug       text,
   shape           jsonb,
-  allow_data_loss boolean default false
+  allow_data_loss boolean default false,
+  queue_mode      text    default null
 )
 returns jsonb
 language plpgsql
@@ -10,17 +11,30 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_differences text[];
+  v_mode        text := coalesce(ensure_flow_compiled.queue_mode, 'flow');
+  v_stored_mode text;
 begin
+  if v_mode not in ('flow', 'step') then
+    raise exception using
+      errcode = '22023',
+      message = format('Flow "%s": queue_mode must be ''flow'' or ''step'', got ''%s''',
+        ensure_flow_compiled.flow_slug, v_mode);
+  end if;
   perform pgflow._validate_flow_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
   perform pg_advisory_xact_lock(1, hashtext(lower(ensure_flow_compiled.flow_slug)));
 
-  if not exists (select 1 from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug) then
-    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
+  select f.queue_mode into v_stored_mode from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug;
+  if not found then
+    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape, v_mode);
     return jsonb_build_object('status', 'compiled', 'differences', '[]'::jsonb);
   end if;
 
+  -- The queue mode is deployment metadata, compared apart from the DAG shape but with the same consequences.
   v_differences := pgflow._compare_flow_shapes(
     ensure_flow_compiled.shape, pgflow._get_flow_shape(ensure_flow_compiled.flow_slug));
+  if v_stored_mode <> v_mode then
+    v_differences := format('Queue mode differs: ''%s'' vs ''%s''', v_mode, v_stored_mode) || v_differences;
+  end if;
 
   if cardinality(v_differences) = 0 then
     return jsonb_build_object('status', 'verified', 'differences', '[]'::jsonb);
@@ -28,7 +42,7 @@ begin
 
   if pgflow.is_local() or coalesce(ensure_flow_compiled.allow_data_loss, false) then
     perform pgflow.delete_flow_and_data(ensure_flow_compiled.flow_slug);
-    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
+    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape, v_mode);
     return jsonb_build_object('status', 'recompiled', 'differences', to_jsonb(v_differences));
   end if;
 
@@ -36,9 +50,11 @@ begin
 end;
 $$;
 
-comment on function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb, allow_data_loss boolean) is $doc$
-pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss) guarantees: after it returns, the stored flow has
-the caller's shape, or nothing was changed and the result says why. Result: {"status": s, "differences": [...]}
+comment on function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb, allow_data_loss boolean, queue_mode text) is $doc$
+pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss, queue_mode) guarantees: after it returns, the stored
+flow has the caller's shape and queue mode (NULL = 'flow'; anything but 'flow' or 'step' is refused with 22023
+before anything is read), or nothing was changed and the result says why. Result:
+{"status": s, "differences": [...]}
   * 'compiled'   - the flow did not exist and was created from the shape (in any environment);
   * 'verified'   - the stored shape equals the caller's; nothing changed;
   * 'recompiled' - shapes differed and pgflow.is_local() or allow_data_loss: the flow and ALL its data (runs,
@@ -46,7 +62,10 @@ the caller's shape, or nothing was changed and the result says why. Result: {"st
   * 'mismatch'   - shapes differed otherwise; nothing changed.
 A shape the DSL could not produce (NULL, not an object, duplicate step slugs, maxAttempts 0, ...) is refused by
 pgflow._validate_flow_shape (22023, naming the bad value) before anything is read or changed (v0.20.0).
-differences lists _compare_flow_shapes(shape, stored shape) (the caller's shape is "first").
+differences lists 'Queue mode differs: ''<caller>'' vs ''<stored>''' first when the queue modes differ (v0.20.0; the
+mode is compared apart from the DAG shape, with the same consequences), then _compare_flow_shapes(shape, stored
+shape) (the caller's shape is "first"). Switching a flow's queue mode therefore recompiles it only where a shape
+change would.
 Concurrent calls for one normalized slug (and create_flow / delete_flow_and_data for it) are serialised by the
 transaction-level advisory lock (1, hashtext(lower(flow_slug))), so slugs differing only in letter case share it.
 $doc$;

@@ -70,18 +70,16 @@ begin
   end loop;
 
   -- Wake the workers waiting on each queue (at commit; PostgreSQL folds identical notifications of one
-  -- transaction into one): '' for undelayed messages, and for delayed ones the time the earliest becomes visible
-  -- (send_batch gave them clock_timestamp() + delay a moment ago, so this time is at or just after it).
+  -- transaction into one): '' for undelayed messages, and for each distinct delay the time its messages become
+  -- visible (send_batch gave them clock_timestamp() + delay a moment ago, so this time is at or just after it).
   for v_step in
-    select x.queue_name, bool_or(x.delay = 0) as now, min(x.delay) filter (where x.delay > 0) as delay
+    select distinct x.queue_name, x.delay
       from unnest(v_queues, v_delays) as x (queue_name, delay)
-     group by x.queue_name
-     order by x.queue_name
+     order by x.queue_name, x.delay
   loop
-    if v_step.now then
+    if v_step.delay = 0 then
       perform pg_notify('pgflow:queue:' || v_step.queue_name, '');
-    end if;
-    if v_step.delay is not null then
+    else
       perform pgflow._notify_queue_visible_at(v_step.queue_name,
                                               clock_timestamp() + make_interval(secs => v_step.delay));
     end if;
@@ -100,8 +98,8 @@ pgflow.start_ready_steps(run_id) guarantees:
     row per message is written with its message_id and that same queue_name (task_index 0 .. initial_tasks-1,
     paired with the message carrying that index); no queue is created here (no DDL);
   * after sending undelayed messages, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers listening for
-    that queue (since v0.18.0); after sending delayed ones, pgflow._notify_queue_visible_at tells them when the
-    earliest of them becomes visible ({"visible_at": ...}, one per queue; v0.20.0);
+    that queue (since v0.18.0); after sending delayed ones, pgflow._notify_queue_visible_at tells them when they
+    become visible ({"visible_at": ...}, one per queue and distinct delay; v0.20.0);
   * steps with initial_tasks NULL (dependent maps whose parent has not completed) or 0 (taskless, completed by
     cascade_complete_taskless_steps) are never started here. Conditions are not evaluated here: callers resolve
     them first (cascade_resolve_conditions / cascade_complete_taskless_steps).

@@ -2,7 +2,7 @@
 set local check_function_bodies = off;
 
 -- Attempt fencing changes three signatures (a trailing attempt argument with a default, so pgflow's four-argument
--- calls keep working). The old functions are dropped first so calls are not ambiguous; roles that could execute
+-- calls keep working), and per-step queues three more (a trailing queue_mode argument with a default). The old functions are dropped first so calls are not ambiguous; roles that could execute
 -- them keep that right on the new ones (granted again at the end of this file).
 create temporary table pgflow_v020_grants on commit drop as
   select a.grantee::regrole::text as grantee, p.proname::text as proname
@@ -10,7 +10,10 @@ create temporary table pgflow_v020_grants on commit drop as
     cross join lateral pg_catalog.aclexplode(p.proacl) as a
    where p.oid in (pg_catalog.to_regprocedure('pgflow.complete_task(uuid,text,integer,jsonb)'),
                    pg_catalog.to_regprocedure('pgflow.fail_task(uuid,text,integer,text)'),
-                   pg_catalog.to_regprocedure('pgflow.complete_tasks(uuid[],text[],integer[],jsonb[])'))
+                   pg_catalog.to_regprocedure('pgflow.complete_tasks(uuid[],text[],integer[],jsonb[])'),
+                   pg_catalog.to_regprocedure('pgflow.create_flow(text,integer,integer,integer)'),
+                   pg_catalog.to_regprocedure('pgflow.ensure_flow_compiled(text,jsonb,boolean)'),
+                   pg_catalog.to_regprocedure('pgflow._create_flow_from_shape(text,jsonb)'))
      and a.privilege_type = 'EXECUTE'
      and a.grantee <> 0
      and a.grantee <> p.proowner;
@@ -18,6 +21,18 @@ create temporary table pgflow_v020_grants on commit drop as
 drop function pgflow.complete_task(uuid, text, integer, jsonb);
 drop function pgflow.fail_task(uuid, text, integer, text);
 drop function pgflow.complete_tasks(uuid[], text[], integer[], jsonb[]);
+drop function pgflow.create_flow(text, integer, integer, integer);
+drop function pgflow.ensure_flow_compiled(text, jsonb, boolean);
+drop function pgflow._create_flow_from_shape(text, jsonb);
+
+-- Per-step queues (issue 15): a flow's queue mode is deployment metadata. Existing flows keep one queue ('flow');
+-- a constant default adds the column without rewriting the table.
+alter table pgflow.flows
+  add column queue_mode text not null default 'flow',
+  add constraint queue_mode_is_valid check (queue_mode in ('flow', 'step'));
+
+comment on column pgflow.flows.queue_mode is
+  'Where the flow''s tasks are sent: ''flow'' = one queue for the whole flow (its default queue), ''step'' = one private queue per step.';
 
 -- Run control (issue 14): runs can be cancelled and retried; a run that fails or is cancelled skips its unfinished
 -- steps (skip_reason 'run_failed' / 'run_cancelled') and cancels its unfinished tasks (new task status
@@ -81,6 +96,71 @@ update pgflow.runs as r
                              and ss.status not in ('completed', 'skipped'))
  where r.status = 'failed';
 
+-- Schedules (issue 15): cron schedules that start runs; the table as in sql/core/0028_table_schedules.sql.
+-- pgflow.schedules (v0.20.0, pgflow-go only): flows started on a cron schedule with a fixed input. Workers write
+-- the definition columns at startup (pgflow.upsert_schedule); operators own paused (pause_schedule /
+-- resume_schedule). Whichever worker holds the scheduler's advisory lock fires due ticks through
+-- pgflow.fire_schedule_tick, which refuses every tick at or before last_tick, so each tick starts at most one run.
+-- The cron expression is parsed by the workers (Go), not by SQL: the database stores it as text.
+-- Deleting a flow (pgflow.delete_flow_and_data, also when a changed flow is recompiled) deletes its schedules;
+-- workers write the schedules of their code again at startup, after compiling their flows.
+create table pgflow.schedules (
+  schedule_name text        not null,
+  flow_slug     text        not null,
+  cron          text        not null,
+  time_zone     text        not null default 'UTC',
+  input         jsonb       not null,
+  missed        text        not null default 'skip',
+  max_catch_up  int         not null default 10,
+  paused        boolean     not null default false,
+  last_tick     timestamptz not null,
+  last_run_id   uuid,
+  next_tick     timestamptz,
+  created_at    timestamptz not null default now(),
+  updated_at    timestamptz not null default now(),
+  paused_at     timestamptz,
+  constraint schedules_pkey primary key (schedule_name),
+  constraint schedules_flow_slug_fkey foreign key (flow_slug) references pgflow.flows (flow_slug) on delete cascade,
+  constraint schedules_name_is_valid check (pgflow.is_valid_slug(schedule_name)),
+  constraint schedules_cron_not_empty check (btrim(cron) <> ''),
+  constraint schedules_missed_is_valid check (missed in ('skip', 'catch_up')),
+  constraint schedules_max_catch_up_in_range check (max_catch_up between 1 and 1000),
+  constraint schedules_paused_at_only_when_paused check (paused or paused_at is null)
+);
+
+create index idx_schedules_flow_slug on pgflow.schedules (flow_slug);
+
+comment on table pgflow.schedules is
+  'Cron schedules that start runs of a flow with a fixed input; one row per schedule name.';
+comment on column pgflow.schedules.schedule_name is
+  'Name of the schedule (a slug); part of every run id the schedule derives (pgflow.schedule_run_id).';
+comment on column pgflow.schedules.flow_slug is
+  'Flow a tick starts.';
+comment on column pgflow.schedules.cron is
+  'Cron expression as written in the Go code: 5 fields, 6 with a leading seconds field, or a descriptor (@daily, @every 90m). Parsed by the workers.';
+comment on column pgflow.schedules.time_zone is
+  'IANA time zone the cron expression is read in (e.g. Europe/Berlin).';
+comment on column pgflow.schedules.input is
+  'Input of every run the schedule starts.';
+comment on column pgflow.schedules.missed is
+  'What happens to ticks that passed while no worker ran: skip (only the most recent due tick fires) or catch_up (every due tick fires in order, at most max_catch_up of them, the most recent ones).';
+comment on column pgflow.schedules.max_catch_up is
+  'Most ticks fired in one pass when missed = catch_up.';
+comment on column pgflow.schedules.paused is
+  'Operator state: a paused schedule fires nothing. Worker startups never change it.';
+comment on column pgflow.schedules.last_tick is
+  'Horizon: only ticks after it fire. The last fired tick, or when the schedule was created, its cron or zone changed, or it was resumed (ticks before those moments never fire).';
+comment on column pgflow.schedules.last_run_id is
+  'Run started by the most recent fired tick; NULL before the first.';
+comment on column pgflow.schedules.next_tick is
+  'Next tick as last computed by a worker (informational, for list views); NULL when unknown.';
+comment on column pgflow.schedules.created_at is
+  'When the schedule was first written.';
+comment on column pgflow.schedules.updated_at is
+  'When a worker last changed its definition (or an operator paused or resumed it).';
+comment on column pgflow.schedules.paused_at is
+  'When the schedule was paused; NULL while it is active.';
+
 -- New and changed functions, generated from sql/core (`go generate ./schema`).
 
 -- generated from sql/core: 0010_function_schema_version.sql
@@ -99,6 +179,111 @@ pgflow.schema_version() guarantees (since v0.20.0): returns the version of the p
 database, e.g. '0.20.0' - the version of the newest migration applied (each migration redefines it). Clients and
 workers check it once at startup and refuse to run against an older schema ("run `pgflow migrate up`"); a
 database without this function is older than v0.20.0.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0010_function_schedule_run_id.sql
+create or replace function pgflow.schedule_run_id(schedule_name text, tick timestamptz)
+returns uuid
+language sql
+immutable
+strict
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+  -- Version 5 layout (name-based, SHA-based): the first 16 bytes of a SHA-256, with the version nibble set to 5
+  -- and the variant bits to 10. The tick is rendered in UTC with microseconds, so the session's TimeZone never
+  -- changes the id.
+  with h as (
+    select encode(sha256(convert_to(
+             'pgflow-schedule:' || schedule_name || ':'
+             || to_char(tick at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+             'UTF8')), 'hex') as x
+  )
+  select (substr(h.x, 1, 12) || '5'
+          || substr(h.x, 14, 3)
+          || substr('89ab',
+               (('x' || substr(h.x, 17, 1))::bit(4)::int & 3)
+               + 1, 1)
+          || substr(h.x, 18, 15))::uuid
+    from h
+$$;
+
+comment on function pgflow.schedule_run_id(schedule_name text, tick timestamptz) is $doc$
+pgflow.schedule_run_id(schedule_name, tick) guarantees (v0.20.0): the run id a schedule's tick starts, derived
+only from the two arguments - the same schedule and tick always give the same id, in every session and time
+zone, so a tick fired twice (two workers, a retried transaction) collides on runs_pkey instead of starting a
+second run. A version-5-style UUID: the first 16 bytes of sha256('pgflow-schedule:<name>:<tick in UTC as
+YYYY-MM-DDTHH:MI:SS.USZ>'), version nibble 5, RFC 4122 variant. Immutable; NULL for a NULL argument.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0012_function__step_queue_name.sql
+create or replace function pgflow._step_queue_name(flow_slug text, step_slug text, step_index integer)
+returns text
+language sql
+immutable
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+  select case
+    when length(lower(flow_slug) || '__' || lower(step_slug)) <= 47 then lower(flow_slug) || '__' || lower(step_slug)
+    else lower(flow_slug) || '__' || step_index::text
+  end;
+$$;
+
+comment on function pgflow._step_queue_name(flow_slug text, step_slug text, step_index integer) is $doc$
+pgflow._step_queue_name(flow_slug, step_slug, step_index) guarantees (v0.20.0): the canonical name of the private
+queue of a step of a flow with per-step queues (flows.queue_mode = 'step'): lower(flow_slug) || '__' ||
+lower(step_slug) when that fits PGMQ's 47 characters, else lower(flow_slug) || '__' || step_index. Slugs of such
+flows never start or end with '_' nor contain '__', and a slug never starts with a digit, so the name is told
+apart from every other flow's queues and steps' queues: the part before the first '__' is the flow, and the part
+after it is a step slug or, only for long names, a step index. The result may still exceed 47 characters for a
+flow slug longer than 40; add_step refuses such a route before anything is written. NULL in, NULL out. Immutable
+and pure: the one definition of a per-step route.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0090_function__check_step_mode_slug.sql
+create or replace function pgflow._check_step_mode_slug(p_slug text, p_kind text, p_flow_slug text, p_max_length integer)
+returns void
+language plpgsql
+immutable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_rule text;
+begin
+  if p_slug is null then
+    return;
+  end if;
+  if p_max_length is not null and length(p_slug) > p_max_length then
+    v_rule := format('is %s characters long; at most %s are allowed, so that its steps'' queue names fit PGMQ''s 47',
+      length(p_slug), p_max_length);
+  elsif p_slug like '\_%' or p_slug like '%\_' then
+    v_rule := 'starts or ends with ''_''';
+  elsif strpos(p_slug, '__') > 0 then
+    v_rule := 'contains ''__''';
+  else
+    return;
+  end if;
+  raise exception using
+    errcode = '22023',
+    message = case p_kind
+      when 'Flow' then format('Flow slug "%s" %s, which a flow with per-step queues does not allow', p_slug, v_rule)
+      else format('Step slug "%s" of flow "%s" %s, which a flow with per-step queues does not allow',
+                  p_slug, p_flow_slug, v_rule)
+    end,
+    hint = 'Per-step queues are named <flow>__<step>; the slugs must keep that name unambiguous. Rename the slug.';
+end;
+$$;
+
+comment on function pgflow._check_step_mode_slug(p_slug text, p_kind text, p_flow_slug text, p_max_length integer) is $doc$
+pgflow._check_step_mode_slug(p_slug, p_kind, p_flow_slug, p_max_length) guarantees (v0.20.0): returns when p_slug
+(a flow slug when p_kind = 'Flow', else a step slug of flow p_flow_slug) may be used by a flow with per-step
+queues, and otherwise raises 22023 naming the slug and the rule it breaks: longer than p_max_length (NULL = no
+limit), starting or ending with '_', or containing '__'. These rules make the queue names of
+pgflow._step_queue_name unambiguous. NULL slugs pass (the slug CHECK constraints reject them). Pure.
 $doc$;
 -- end generated
 
@@ -376,21 +561,12 @@ language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
-declare
-  v_setting text := 'pgflow.visible_at_' || _notify_queue_visible_at.queue_name;
-  v_epoch   numeric := extract(epoch from _notify_queue_visible_at.visible_at);
-  v_prev    numeric;
 begin
   if _notify_queue_visible_at.queue_name is null or _notify_queue_visible_at.visible_at is null then
     return;
   end if;
-  -- The earliest time already announced for this queue in this transaction (a transaction-local setting; '' when
-  -- unset, as PostgreSQL leaves a placeholder after the transaction that set it).
-  v_prev := nullif(pg_catalog.current_setting(v_setting, true), '')::numeric;
-  if v_prev is not null and v_prev <= v_epoch then
-    return;
-  end if;
-  perform pg_catalog.set_config(v_setting, v_epoch::text, true);
+  -- Every distinct time is announced: a worker keeps all of them, so a message due later than another one of the
+  -- same transaction is not left to its periodic read. PostgreSQL folds identical notifications of a transaction.
   perform pg_catalog.pg_notify(
     'pgflow:queue:' || _notify_queue_visible_at.queue_name,
     '{"visible_at":"' || pg_catalog.to_char(_notify_queue_visible_at.visible_at at time zone 'UTC',
@@ -402,11 +578,71 @@ comment on function pgflow._notify_queue_visible_at(queue_name text, visible_at 
 pgflow._notify_queue_visible_at(queue_name, visible_at) guarantees (v0.20.0): tells the workers listening on
 'pgflow:queue:<queue_name>' that a message of that queue becomes visible at visible_at, with the payload
 {"visible_at":"<RFC 3339 time in UTC, microseconds>"} (e.g. {"visible_at":"2025-01-02T03:04:05.123456Z"}), so a
-worker can wake exactly then instead of at its next poll. At most one notification per queue and time: within a
-transaction a time that is not earlier than one already announced for the queue sends nothing, so a transaction
-sends one notification per queue unless it later delays a message to an even earlier time (callers that send
-several delays at once announce the earliest first). NULL arguments do nothing. Notifications go out at commit
-(none on rollback). Callers announce times in the future only; the empty payload '' keeps meaning "visible now".
+worker can wake exactly then instead of at its next poll. Every call announces its time, so a transaction that
+delays messages of one queue by several amounts announces each of them; identical announcements of one
+transaction reach the listeners once, as PostgreSQL folds identical notifications. NULL arguments do nothing.
+Notifications go out at commit (none on rollback). Callers announce times in the future only; the empty payload
+'' keeps meaning "visible now".
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function__create_flow_from_shape.sql
+create or replace function pgflow._create_flow_from_shape(p_flow_slug text, p_shape jsonb, p_queue_mode text default null)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_options jsonb := coalesce(p_shape -> 'options', '{}'::jsonb);
+  v_steps   jsonb := coalesce(p_shape -> 'steps', '[]'::jsonb);
+  v_step    jsonb;
+  v_opts    jsonb;
+begin
+  if jsonb_typeof(v_steps) <> 'array' then
+    raise exception 'Flow shape for "%" has "steps" of type %, expected an array', p_flow_slug, jsonb_typeof(v_steps)
+      using errcode = '22023';
+  end if;
+
+  perform pgflow.create_flow(
+    flow_slug    => p_flow_slug,
+    max_attempts => (v_options ->> 'maxAttempts')::int,
+    base_delay   => (v_options ->> 'baseDelay')::int,
+    timeout      => (v_options ->> 'timeout')::int,
+    queue_mode   => p_queue_mode
+  );
+
+  for v_step in select e.value from jsonb_array_elements(v_steps) with ordinality as e(value, pos) order by e.pos loop
+    v_opts := coalesce(v_step -> 'options', '{}'::jsonb);
+    perform pgflow.add_step(
+      flow_slug               => p_flow_slug,
+      step_slug               => v_step ->> 'slug',
+      deps_slugs              => array(
+        select jsonb_array_elements_text(coalesce(v_step -> 'dependencies', '[]'::jsonb))),
+      max_attempts            => (v_opts ->> 'maxAttempts')::int,
+      base_delay              => (v_opts ->> 'baseDelay')::int,
+      timeout                 => (v_opts ->> 'timeout')::int,
+      start_delay             => (v_opts ->> 'startDelay')::int,
+      step_type               => v_step ->> 'stepType',
+      required_input_pattern  => case when (v_step -> 'requiredInputPattern' ->> 'defined')::boolean
+                                      then v_step -> 'requiredInputPattern' -> 'value' end,
+      forbidden_input_pattern => case when (v_step -> 'forbiddenInputPattern' ->> 'defined')::boolean
+                                      then v_step -> 'forbiddenInputPattern' -> 'value' end,
+      when_unmet              => coalesce(v_step ->> 'whenUnmet', 'skip'),
+      when_exhausted          => coalesce(v_step ->> 'whenExhausted', 'fail')
+    );
+  end loop;
+end;
+$$;
+
+comment on function pgflow._create_flow_from_shape(p_flow_slug text, p_shape jsonb, p_queue_mode text) is $doc$
+pgflow._create_flow_from_shape(p_flow_slug, p_shape, p_queue_mode) guarantees: defines the flow described by a
+shape, using create_flow and add_step (so it has their idempotence and errors): flow options from shape.options
+(maxAttempts, baseDelay, timeout; absent = create_flow defaults) and the queue mode p_queue_mode (NULL = 'flow';
+v0.20.0), then every element of shape.steps in array
+order with its dependencies (absent = none), stepType (absent = 'single'), whenUnmet (absent = 'skip'),
+whenExhausted (absent = 'fail'), patterns (only when {"defined": true}) and step options (maxAttempts,
+baseDelay, timeout, startDelay; absent = inherit).
 $doc$;
 -- end generated
 
@@ -655,8 +891,8 @@ begin
       ) as sent on sent.n = m.n;
 
     -- Wake the workers waiting on this queue (one notification per queue and transaction: PostgreSQL folds
-    -- identical notifications of one transaction). Delayed messages: tell them when the messages become visible
-    -- (groups come in ascending delay per queue, so the earliest time of a queue is announced first).
+    -- identical notifications of one transaction). Delayed messages: tell them when the messages become visible,
+    -- one announcement per (queue, delay) group.
     if v_group.start_delay = 0 then
       perform pg_notify('pgflow:queue:' || v_group.queue_name, '');
     else
@@ -682,14 +918,205 @@ exactly what pgflow.start_ready_steps(run_id) guarantees, done set-based:
     index); no queue is created here (no DDL);
   * after sending undelayed messages to a queue, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers
     listening for that queue (at commit; folded into one notification per queue and transaction); after sending
-    delayed ones, pgflow._notify_queue_visible_at announces when they become visible, the earliest delay of a
-    queue first, so one {"visible_at": ...} per queue (v0.20.0);
+    delayed ones, pgflow._notify_queue_visible_at announces when they become visible, one {"visible_at": ...} per
+    queue and delay (v0.20.0);
   * steps with initial_tasks NULL or 0 are never started here, and conditions are not evaluated here (as in
     start_ready_steps);
   * the step states named by the pairs (started_run_ids[i], started_step_slugs[i]) were made 'started' by the
     caller in this transaction (in the same row version that made them ready, one row version fewer than
     'created' -> ready -> 'started'): they get exactly what a step started here gets - its step:started event in
     the same order, its messages and tasks - and are not updated again. NULL arrays name none.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_add_step.sql
+create or replace function pgflow.add_step(
+  flow_slug               text,
+  step_slug               text,
+  deps_slugs              text[]  default '{}',
+  max_attempts            integer default null,
+  base_delay              integer default null,
+  timeout                 integer default null,
+  start_delay             integer default null,
+  step_type               text    default 'single',
+  required_input_pattern  jsonb   default null,
+  forbidden_input_pattern jsonb   default null,
+  when_unmet              text    default 'skip',
+  when_exhausted          text    default 'fail'
+)
+returns pgflow.steps
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_deps          text[];
+  v_existing_deps text[];
+  v_step          pgflow.steps;
+  v_mode          text;
+  v_index         int;
+  v_queue         text;
+  v_listed        text;
+begin
+  -- Distinct dependencies, first occurrence order kept (used in messages).
+  select coalesce(array_agg(u.dep order by u.first_pos), '{}')
+  into v_deps
+  from (
+    select d.dep, min(d.pos) as first_pos
+    from unnest(coalesce(add_step.deps_slugs, '{}'::text[])) with ordinality as d(dep, pos)
+    group by d.dep
+  ) as u;
+
+  if array_position(v_deps, null) is not null then
+    raise exception using
+      errcode = '22004',
+      message = format('Step "%s" of flow "%s": deps_slugs must not contain NULL (got %s)',
+        add_step.step_slug, add_step.flow_slug, add_step.deps_slugs);
+  end if;
+
+  if coalesce(add_step.step_type, 'single') = 'map' and cardinality(v_deps) > 1 then
+    raise exception 'Map step "%" can have at most one dependency, but % were provided: %',
+      add_step.step_slug, cardinality(v_deps), array_to_string(v_deps, ', ');
+  end if;
+
+  -- Serialise definitions of one flow, so concurrent calls neither race for a step_index nor insert one step
+  -- twice. An unknown flow locks nothing and fails below on steps_flow_slug_fkey.
+  select f.queue_mode into v_mode from pgflow.flows as f where f.flow_slug = add_step.flow_slug for update;
+
+  select s.* into v_step
+  from pgflow.steps as s
+  where s.flow_slug = add_step.flow_slug
+    and s.step_slug = add_step.step_slug;
+
+  if found then
+    select coalesce(array_agg(d.dep_slug order by d.dep_slug collate "C"), '{}')
+    into v_existing_deps
+    from pgflow.deps as d
+    where d.flow_slug = add_step.flow_slug
+      and d.step_slug = add_step.step_slug;
+
+    if v_existing_deps is distinct from
+       (select coalesce(array_agg(x.dep order by x.dep collate "C"), '{}') from unnest(v_deps) as x(dep)) then
+      raise exception using
+        errcode = '23514',
+        message = format(
+          'Step "%s" of flow "%s" already exists with dependencies [%s]; add_step cannot change them to [%s]',
+          add_step.step_slug, add_step.flow_slug,
+          array_to_string(v_existing_deps, ', '), array_to_string(v_deps, ', ')),
+        hint = 'Dependencies are fixed when a step is created; delete the flow (pgflow.delete_flow_and_data) and define it again.';
+    end if;
+
+    -- Like create_flow for a default queue: a step queue that went missing is created again.
+    if v_mode = 'step'
+       and not exists (select 1 from pgmq.list_queues() as q where lower(q.queue_name) = v_step.queue_name) then
+      perform pgmq.create(v_step.queue_name);
+    end if;
+    return v_step;
+  end if;
+
+  select coalesce(max(s2.step_index) + 1, 0) into v_index
+    from pgflow.steps as s2 where s2.flow_slug = add_step.flow_slug;
+
+  if v_mode = 'step' and pgflow.is_valid_slug(add_step.step_slug) then
+    perform pgflow._check_step_mode_slug(add_step.step_slug, 'Step', add_step.flow_slug, null);
+    if exists (select 1 from pgflow.steps as s2
+                where s2.flow_slug = add_step.flow_slug and lower(s2.step_slug) = lower(add_step.step_slug)) then
+      raise exception using
+        errcode = '23505',
+        message = format(
+          'Step slug "%s" of flow "%s" differs only in letter case from step "%s"; with per-step queues both would use queue "%s"',
+          add_step.step_slug, add_step.flow_slug,
+          (select s2.step_slug from pgflow.steps as s2
+            where s2.flow_slug = add_step.flow_slug and lower(s2.step_slug) = lower(add_step.step_slug) limit 1),
+          pgflow._step_queue_name(add_step.flow_slug, add_step.step_slug, v_index)),
+        hint = 'Rename one of the steps.';
+    end if;
+    v_queue := pgflow._step_queue_name(add_step.flow_slug, add_step.step_slug, v_index);
+    if length(v_queue) > 47 then
+      raise exception using
+        errcode = '22023',
+        message = format('Step "%s" of flow "%s": its queue name "%s" is %s characters long; PGMQ allows at most 47',
+          add_step.step_slug, add_step.flow_slug, v_queue, length(v_queue)),
+        hint = 'Choose a shorter flow slug.';
+    end if;
+    perform pgmq.validate_queue_name(v_queue);
+    -- The queue's name is locked like a flow slug (create_flow locks lower(flow_slug), the name of a default
+    -- queue), so a flow created at the same time with the same default queue name waits, then sees this queue.
+    perform pg_advisory_xact_lock(1, hashtext(v_queue));
+    select string_agg(format('"%s"', q.queue_name), ', ' order by q.queue_name) into v_listed
+      from pgmq.list_queues() as q
+     where lower(q.queue_name) = v_queue;
+    if v_listed is not null then
+      raise exception using
+        errcode = '23505',
+        message = format(
+          'Cannot add step "%s" to flow "%s": PGMQ already lists queue %s, the name of the step''s private queue',
+          add_step.step_slug, add_step.flow_slug, v_listed),
+        hint = 'pgflow manages its queues exclusively and never adopts a queue it did not create for this step (it may be the queue of a flow named like it). Rename the flow or the step.';
+    end if;
+  else
+    v_queue := pgflow._default_queue_name(add_step.flow_slug);
+  end if;
+
+  insert into pgflow.steps as s (
+    flow_slug, step_slug, step_type, step_index, deps_count,
+    opt_max_attempts, opt_base_delay, opt_timeout, opt_start_delay,
+    required_input_pattern, forbidden_input_pattern, when_unmet, when_exhausted, queue_name
+  )
+  values (
+    add_step.flow_slug,
+    add_step.step_slug,
+    coalesce(add_step.step_type, 'single'),
+    v_index,
+    cardinality(v_deps),
+    add_step.max_attempts,
+    add_step.base_delay,
+    add_step.timeout,
+    add_step.start_delay,
+    add_step.required_input_pattern,
+    add_step.forbidden_input_pattern,
+    add_step.when_unmet,
+    add_step.when_exhausted,
+    v_queue
+  )
+  returning s.* into v_step;
+
+  if v_mode = 'step' then
+    perform pgmq.create(v_queue);
+  end if;
+
+  insert into pgflow.deps (flow_slug, dep_slug, step_slug)
+  select add_step.flow_slug, d.dep, add_step.step_slug
+  from unnest(v_deps) with ordinality as d(dep, pos)
+  order by d.pos;
+
+  return v_step;
+end;
+$$;
+
+comment on function pgflow.add_step(flow_slug text, step_slug text, deps_slugs text[], max_attempts integer, base_delay integer, timeout integer, start_delay integer, step_type text, required_input_pattern jsonb, forbidden_input_pattern jsonb, when_unmet text, when_exhausted text) is $doc$
+pgflow.add_step(...) guarantees:
+  * definitions of one flow are serialised by a row lock on the flow;
+  * idempotent by (flow_slug, step_slug): the first call inserts the step at the next step_index of the flow
+    (0, 1, 2, ... in call order, a topological order because dependencies must already exist) with its
+    dependency edges; a later call with the same dependency set returns the existing row unchanged (options,
+    type, patterns and modes are NOT updated);
+  * a later call with a different dependency set is rejected and changes nothing: adding edges to an existing
+    step would leave deps_count stale (runs would never start the step) and could create cycles;
+  * duplicate names in deps_slugs count once, so deps_count always equals the number of edges; NULL = '{}';
+  * a new step records its resolved route. In queue mode 'flow': the flow's default queue,
+    pgflow._default_queue_name(flow_slug) (the queue create_flow created); no queue is created here. In queue
+    mode 'step' (v0.20.0): its private queue pgflow._step_queue_name(flow_slug, step_slug, step_index), created
+    here with pgmq.create in the caller's transaction; before anything is written the step slug must pass
+    pgflow._check_step_mode_slug, must not differ only in letter case from another step of the flow (23505),
+    the name must fit 47 characters (22023), and PGMQ must not list a queue of that name already (23505; pgflow
+    never adopts a queue). The name is locked like a flow slug (advisory lock (1, hashtext(name))), so it cannot
+    race a flow whose default queue has that name. A later call for an existing step of such a flow re-creates
+    its queue only when PGMQ lists none;
+  * a map step has at most one dependency;
+  * everything else is enforced by the constraints of steps and deps, whose error texts callers match on
+    (steps_flow_slug_fkey, deps_flow_slug_dep_slug_fkey, deps_check, steps_step_slug_check,
+    steps_step_type_check, when_unmet_is_valid, when_exhausted_is_valid, opt_*_is_*, *_input_pattern_is_object).
 $doc$;
 -- end generated
 
@@ -969,6 +1396,113 @@ pgflow.cascade_resolve_conditions(run_id) guarantees: the if/ifNot conditions of
   * returns false when the run is (or becomes) 'failed' or is 'cancelled', true otherwise (also for 'completed' and unknown runs,
     where nothing is evaluated). More than 50 rounds raise
     'cascade_resolve_conditions exceeded safety limit of 50 iterations (run <run_id>)'.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_create_flow.sql
+create or replace function pgflow.create_flow(
+  flow_slug    text,
+  max_attempts integer default null,
+  base_delay   integer default null,
+  timeout      integer default null,
+  queue_mode   text    default null
+)
+returns pgflow.flows
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_flow   pgflow.flows;
+  v_queue  text := pgflow._default_queue_name(create_flow.flow_slug);
+  v_listed text;
+  v_mode   text := coalesce(create_flow.queue_mode, 'flow');
+begin
+  if v_mode not in ('flow', 'step') then
+    raise exception using
+      errcode = '22023',
+      message = format('Flow "%s": queue_mode must be ''flow'' or ''step'', got ''%s''', create_flow.flow_slug, v_mode);
+  end if;
+  -- An invalid slug goes straight to the insert below, which rejects it on the slug_is_valid constraint.
+  if pgflow.is_valid_slug(create_flow.flow_slug) then
+    if length(create_flow.flow_slug) > 47 then
+      raise exception using
+        errcode = '22023',
+        message = format(
+          'Flow slug "%s" is %s characters long, but a flow slug also names the flow''s PGMQ queue, which allows at most 47',
+          create_flow.flow_slug, length(create_flow.flow_slug)),
+        hint = 'Choose a flow slug of at most 47 characters.';
+    end if;
+    perform pgmq.validate_queue_name(v_queue);
+    if v_mode = 'step' then
+      perform pgflow._check_step_mode_slug(create_flow.flow_slug, 'Flow', create_flow.flow_slug, 40);
+    end if;
+
+    perform pg_advisory_xact_lock(1, hashtext(lower(create_flow.flow_slug)));
+
+    select f.* into v_flow from pgflow.flows as f where f.flow_slug = create_flow.flow_slug;
+    if found then
+      if v_flow.queue_mode = 'flow'
+         and not exists (select 1 from pgmq.list_queues() as q where lower(q.queue_name) = v_queue) then
+        perform pgmq.create(v_queue);
+      end if;
+      return v_flow;
+    end if;
+
+    select string_agg(format('"%s"', q.queue_name), ', ' order by q.queue_name) into v_listed
+      from pgmq.list_queues() as q
+     where lower(q.queue_name) = v_queue;
+    if v_listed is not null then
+      raise exception using
+        errcode = '23505',
+        message = format(
+          'Cannot create flow "%s": PGMQ already lists queue %s, which has the same normalized name "%s" as the flow''s queue',
+          create_flow.flow_slug, v_listed, v_queue),
+        hint = 'pgflow manages its queues exclusively and never adopts a queue it did not create for this flow (it may be another flow''s queue whose slug differs only in letter case). Choose another flow slug.';
+    end if;
+  end if;
+
+  insert into pgflow.flows as f (flow_slug, opt_max_attempts, opt_base_delay, opt_timeout, queue_mode)
+  values (
+    create_flow.flow_slug,
+    coalesce(create_flow.max_attempts, 3),
+    coalesce(create_flow.base_delay, 5),
+    coalesce(create_flow.timeout, 60),
+    v_mode
+  )
+  returning f.* into v_flow;
+
+  if v_mode = 'flow' then
+    perform pgmq.create(v_queue);
+  end if;
+
+  return v_flow;
+end;
+$$;
+
+comment on function pgflow.create_flow(flow_slug text, max_attempts integer, base_delay integer, timeout integer, queue_mode text) is $doc$
+pgflow.create_flow(flow_slug, max_attempts, base_delay, timeout, queue_mode) guarantees:
+  * idempotent: the first call inserts the flow (NULL options become max_attempts 3, base_delay 5, timeout 60,
+    queue_mode 'flow'); later calls return the existing row unchanged (options and queue_mode are NOT updated;
+    ensure_flow_compiled reports a different queue mode as a difference);
+  * queue_mode 'flow' (the default): the flow's default PGMQ queue, pgflow._default_queue_name(flow_slug) (the
+    lower-case slug), exists afterwards, also for a flow without steps; an existing flow reuses the queue PGMQ
+    lists under any spelling of that name (a mixed-case queue created by v0.16.0 stays as it is) and gets it
+    re-created only when PGMQ lists none;
+  * queue_mode 'step' (v0.20.0): no queue is created (add_step creates each step's private queue); the slug must
+    also satisfy the per-step naming rules of pgflow._check_step_mode_slug (at most 40 characters, no leading or
+    trailing '_', no '__'), checked before anything is written; the default queue name stays reserved for the
+    flow (flows_default_queue_key); any other queue_mode is refused (22023);
+  * a new flow is refused, before anything is written, when PGMQ already lists a queue with the same normalized
+    name (pgflow manages its queues exclusively and never adopts a queue it did not create for that flow);
+  * two flows never share a default queue: the unique index flows_default_queue_key rejects a slug that
+    differs only in letter case from an existing flow, atomically (also for concurrent calls);
+  * a valid slug whose queue name would break PGMQ's limit (more than 47 characters) is rejected before anything
+    is written, and the queue name passes PGMQ's public validation (pgmq.validate_queue_name);
+  * calls for one normalized slug are serialised with ensure_flow_compiled and delete_flow_and_data by the
+    transaction-level advisory lock (1, hashtext(lower(flow_slug)));
+  * invalid slugs and options fail on the flows CHECK constraints (slug_is_valid, opt_*). Queues are only
+    created and listed through PGMQ's public functions.
 $doc$;
 -- end generated
 
@@ -1637,11 +2171,90 @@ It guarantees:
 $doc$;
 -- end generated
 
+-- generated from sql/core: 0100_function_delete_flow_and_data.sql
+create or replace function pgflow.delete_flow_and_data(p_flow_slug text)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_queue  record;
+  v_listed text[];
+  v_drop   text[] := '{}';
+begin
+  perform pg_advisory_xact_lock(1, hashtext(lower(p_flow_slug)));
+
+  for v_queue in
+    select distinct s.queue_name
+      from pgflow.steps as s
+     where s.flow_slug = p_flow_slug
+    union
+    select pgflow._default_queue_name(f.flow_slug)
+      from pgflow.flows as f
+     where f.flow_slug = p_flow_slug
+       and f.queue_mode = 'flow'
+       and not exists (select 1 from pgflow.steps as s where s.flow_slug = f.flow_slug)
+     order by 1
+  loop
+    select coalesce(array_agg(q.queue_name::text order by q.queue_name), '{}') into v_listed
+      from pgmq.list_queues() as q
+     where lower(q.queue_name) = v_queue.queue_name;
+
+    if cardinality(v_listed) > 1 then
+      raise exception using
+        errcode = '55000',
+        message = format(
+          'Cannot delete flow "%s": its queue "%s" is listed by PGMQ under %s spellings (%s); nothing was deleted',
+          p_flow_slug, v_queue.queue_name, cardinality(v_listed), array_to_string(v_listed, ', ')),
+        hint = 'The spellings share one set of PGMQ tables. pgflow manages its queues exclusively and does not repair PGMQ metadata; resolve the duplicate listing by hand, then retry.';
+    end if;
+    v_drop := v_drop || v_listed;
+  end loop;
+
+  -- Tasks are found through their runs (idx_runs_flow_slug, then step_tasks_pkey): step_tasks has no index that
+  -- starts with flow_slug.
+  delete from pgflow.step_tasks as t
+   where t.run_id in (select r.run_id from pgflow.runs as r where r.flow_slug = p_flow_slug)
+     and t.flow_slug = p_flow_slug;
+  delete from pgflow.step_states as ss where ss.flow_slug = p_flow_slug;
+  delete from pgflow.runs as r where r.flow_slug = p_flow_slug;
+  delete from pgflow.deps as d where d.flow_slug = p_flow_slug;
+  delete from pgflow.steps as s where s.flow_slug = p_flow_slug;
+  delete from pgflow.flows as f where f.flow_slug = p_flow_slug;
+
+  for i in 1 .. coalesce(cardinality(v_drop), 0) loop
+    perform pgmq.drop_queue(v_drop[i]);
+  end loop;
+end;
+$$;
+
+comment on function pgflow.delete_flow_and_data(p_flow_slug text) is $doc$
+pgflow.delete_flow_and_data(p_flow_slug) guarantees: removes the flow completely in the caller's transaction:
+  * the flow's queues are its persisted routes (the distinct steps.queue_name of its steps: one queue, or one
+    per step for a flow with per-step queues), or its default queue pgflow._default_queue_name(p_flow_slug) when
+    the flow exists in queue mode 'flow' but has no steps (a flow in queue mode 'step' without steps has none);
+  * each of those queues is resolved to the spelling PGMQ lists for it (pgmq.list_queues(), compared in lower
+    case, so a mixed-case queue created by v0.16.0 is found); a queue listed under more than one spelling is
+    ambiguous and raises an error naming the flow, the queue and the spellings BEFORE anything is deleted;
+    a queue PGMQ does not list is already gone and is skipped;
+  * then all of the flow's step_tasks, step_states, runs, deps, steps and the flow row are deleted, and every
+    resolved queue is dropped with its archive by pgmq.drop_queue(listed spelling), which also removes that
+    spelling's metadata. Messages are not archived one by one before their queue is dropped;
+  * any failing PGMQ call fails the function, so the caller's transaction rolls back as a whole;
+  * calls for one normalized slug are serialised with create_flow and ensure_flow_compiled by the
+    transaction-level advisory lock (1, hashtext(lower(p_flow_slug)));
+  * destructive and irreversible; meant for development and for recompiling a changed flow. Workers rows are
+    not touched. An unknown flow is not an error and touches no queue.
+$doc$;
+-- end generated
+
 -- generated from sql/core: 0100_function_ensure_flow_compiled.sql
 create or replace function pgflow.ensure_flow_compiled(
   flow_slug       text,
   shape           jsonb,
-  allow_data_loss boolean default false
+  allow_data_loss boolean default false,
+  queue_mode      text    default null
 )
 returns jsonb
 language plpgsql
@@ -1650,17 +2263,30 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_differences text[];
+  v_mode        text := coalesce(ensure_flow_compiled.queue_mode, 'flow');
+  v_stored_mode text;
 begin
+  if v_mode not in ('flow', 'step') then
+    raise exception using
+      errcode = '22023',
+      message = format('Flow "%s": queue_mode must be ''flow'' or ''step'', got ''%s''',
+        ensure_flow_compiled.flow_slug, v_mode);
+  end if;
   perform pgflow._validate_flow_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
   perform pg_advisory_xact_lock(1, hashtext(lower(ensure_flow_compiled.flow_slug)));
 
-  if not exists (select 1 from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug) then
-    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
+  select f.queue_mode into v_stored_mode from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug;
+  if not found then
+    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape, v_mode);
     return jsonb_build_object('status', 'compiled', 'differences', '[]'::jsonb);
   end if;
 
+  -- The queue mode is deployment metadata, compared apart from the DAG shape but with the same consequences.
   v_differences := pgflow._compare_flow_shapes(
     ensure_flow_compiled.shape, pgflow._get_flow_shape(ensure_flow_compiled.flow_slug));
+  if v_stored_mode <> v_mode then
+    v_differences := format('Queue mode differs: ''%s'' vs ''%s''', v_mode, v_stored_mode) || v_differences;
+  end if;
 
   if cardinality(v_differences) = 0 then
     return jsonb_build_object('status', 'verified', 'differences', '[]'::jsonb);
@@ -1668,7 +2294,7 @@ begin
 
   if pgflow.is_local() or coalesce(ensure_flow_compiled.allow_data_loss, false) then
     perform pgflow.delete_flow_and_data(ensure_flow_compiled.flow_slug);
-    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
+    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape, v_mode);
     return jsonb_build_object('status', 'recompiled', 'differences', to_jsonb(v_differences));
   end if;
 
@@ -1676,9 +2302,11 @@ begin
 end;
 $$;
 
-comment on function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb, allow_data_loss boolean) is $doc$
-pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss) guarantees: after it returns, the stored flow has
-the caller's shape, or nothing was changed and the result says why. Result: {"status": s, "differences": [...]}
+comment on function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb, allow_data_loss boolean, queue_mode text) is $doc$
+pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss, queue_mode) guarantees: after it returns, the stored
+flow has the caller's shape and queue mode (NULL = 'flow'; anything but 'flow' or 'step' is refused with 22023
+before anything is read), or nothing was changed and the result says why. Result:
+{"status": s, "differences": [...]}
   * 'compiled'   - the flow did not exist and was created from the shape (in any environment);
   * 'verified'   - the stored shape equals the caller's; nothing changed;
   * 'recompiled' - shapes differed and pgflow.is_local() or allow_data_loss: the flow and ALL its data (runs,
@@ -1686,7 +2314,10 @@ the caller's shape, or nothing was changed and the result says why. Result: {"st
   * 'mismatch'   - shapes differed otherwise; nothing changed.
 A shape the DSL could not produce (NULL, not an object, duplicate step slugs, maxAttempts 0, ...) is refused by
 pgflow._validate_flow_shape (22023, naming the bad value) before anything is read or changed (v0.20.0).
-differences lists _compare_flow_shapes(shape, stored shape) (the caller's shape is "first").
+differences lists 'Queue mode differs: ''<caller>'' vs ''<stored>''' first when the queue modes differ (v0.20.0; the
+mode is compared apart from the DAG shape, with the same consequences), then _compare_flow_shapes(shape, stored
+shape) (the caller's shape is "first"). Switching a flow's queue mode therefore recompiles it only where a shape
+change would.
 Concurrent calls for one normalized slug (and create_flow / delete_flow_and_data for it) are serialised by the
 transaction-level advisory lock (1, hashtext(lower(flow_slug))), so slugs differing only in letter case share it.
 $doc$;
@@ -2341,18 +2972,16 @@ begin
   end loop;
 
   -- Wake the workers waiting on each queue (at commit; PostgreSQL folds identical notifications of one
-  -- transaction into one): '' for undelayed messages, and for delayed ones the time the earliest becomes visible
-  -- (send_batch gave them clock_timestamp() + delay a moment ago, so this time is at or just after it).
+  -- transaction into one): '' for undelayed messages, and for each distinct delay the time its messages become
+  -- visible (send_batch gave them clock_timestamp() + delay a moment ago, so this time is at or just after it).
   for v_step in
-    select x.queue_name, bool_or(x.delay = 0) as now, min(x.delay) filter (where x.delay > 0) as delay
+    select distinct x.queue_name, x.delay
       from unnest(v_queues, v_delays) as x (queue_name, delay)
-     group by x.queue_name
-     order by x.queue_name
+     order by x.queue_name, x.delay
   loop
-    if v_step.now then
+    if v_step.delay = 0 then
       perform pg_notify('pgflow:queue:' || v_step.queue_name, '');
-    end if;
-    if v_step.delay is not null then
+    else
       perform pgflow._notify_queue_visible_at(v_step.queue_name,
                                               clock_timestamp() + make_interval(secs => v_step.delay));
     end if;
@@ -2371,8 +3000,8 @@ pgflow.start_ready_steps(run_id) guarantees:
     row per message is written with its message_id and that same queue_name (task_index 0 .. initial_tasks-1,
     paired with the message carrying that index); no queue is created here (no DDL);
   * after sending undelayed messages, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers listening for
-    that queue (since v0.18.0); after sending delayed ones, pgflow._notify_queue_visible_at tells them when the
-    earliest of them becomes visible ({"visible_at": ...}, one per queue; v0.20.0);
+    that queue (since v0.18.0); after sending delayed ones, pgflow._notify_queue_visible_at tells them when they
+    become visible ({"visible_at": ...}, one per queue and distinct delay; v0.20.0);
   * steps with initial_tasks NULL (dependent maps whose parent has not completed) or 0 (taskless, completed by
     cascade_complete_taskless_steps) are never started here. Conditions are not evaluated here: callers resolve
     them first (cascade_resolve_conditions / cascade_complete_taskless_steps).
@@ -2480,6 +3109,298 @@ Element i of the four arrays names one task and the attempt the caller holds. It
 $doc$;
 -- end generated
 
+-- generated from sql/core: 0100_function_fire_schedule_tick.sql
+create or replace function pgflow.fire_schedule_tick(schedule_name text, tick timestamptz,
+                                                     next_tick timestamptz default null)
+returns uuid
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_sched  pgflow.schedules;
+  v_run_id uuid;
+begin
+  if fire_schedule_tick.tick is null then
+    raise exception 'schedule %: tick is NULL', coalesce(quote_literal(fire_schedule_tick.schedule_name), 'NULL')
+      using errcode = '22004';
+  end if;
+
+  -- A worker whose clock runs ahead must not fire ticks early (and so take them from the workers whose clocks are
+  -- right); a minute of tolerance keeps ordinary clock differences harmless.
+  if fire_schedule_tick.tick > now() + interval '1 minute' then
+    raise exception 'schedule %: tick % is in the future by the database clock (now %); check the clock of the calling worker',
+      coalesce(quote_literal(fire_schedule_tick.schedule_name), 'NULL'), fire_schedule_tick.tick, now()
+      using errcode = '22023';
+  end if;
+
+  -- The row lock serialises every firing of one schedule (and pause, resume and upsert): a second caller waits,
+  -- then sees the advanced last_tick.
+  select s.* into v_sched
+    from pgflow.schedules as s
+   where s.schedule_name = fire_schedule_tick.schedule_name
+     for update;
+  if not found then
+    raise exception 'schedule % does not exist', coalesce(quote_literal(fire_schedule_tick.schedule_name), 'NULL')
+      using errcode = 'P0002';
+  end if;
+
+  if v_sched.paused or fire_schedule_tick.tick <= v_sched.last_tick then
+    return null;
+  end if;
+
+  v_run_id := pgflow.schedule_run_id(v_sched.schedule_name, fire_schedule_tick.tick);
+  begin
+    perform pgflow.start_flow(v_sched.flow_slug, v_sched.input, v_run_id);
+  exception when unique_violation then
+    -- Only a run with this tick's id can collide: the tick already started its run (e.g. the row was deleted
+    -- and written again). Never a second run.
+    if not exists (select 1 from pgflow.runs as r where r.run_id = v_run_id) then
+      raise;
+    end if;
+    v_run_id := null;
+  end;
+
+  update pgflow.schedules as s
+     set last_tick = fire_schedule_tick.tick,
+         last_run_id = coalesce(v_run_id, s.last_run_id),
+         next_tick = fire_schedule_tick.next_tick
+   where s.schedule_name = v_sched.schedule_name;
+  return v_run_id;
+end;
+$$;
+
+comment on function pgflow.fire_schedule_tick(schedule_name text, tick timestamptz, next_tick timestamptz) is $doc$
+pgflow.fire_schedule_tick(schedule_name, tick, next_tick) guarantees (v0.20.0; SECURITY INVOKER: the caller needs
+what pgflow_worker has), in the caller's transaction:
+  * NULL tick: SQLSTATE 22004; a tick more than a minute after now() (a caller whose clock runs ahead):
+    SQLSTATE 22023 naming the tick and the database's time; unknown schedule (or NULL name): P0002
+    'schedule <name> does not exist'; nothing changes in these cases;
+  * the schedule row is locked first, so concurrent firings of one schedule are serialised;
+  * a paused schedule, or a tick at or before last_tick, starts nothing and changes nothing; returns NULL;
+  * otherwise exactly one run of the schedule's flow with its input starts through pgflow.start_flow, with
+    run_id = pgflow.schedule_run_id(schedule_name, tick), and last_tick becomes tick, last_run_id the run and
+    next_tick the given value (informational); returns the run id. If a run with that id exists already the
+    tick counts as fired (last_tick advances) and NULL is returned: one tick never starts a second run, whether
+    fired twice in sequence, from two sessions at once, or again after a rolled-back attempt;
+  * errors of start_flow (e.g. a root map flow with a non-array input) propagate and nothing changes: the tick
+    stays due. It is the caller's clock that decides a tick is due, within the minute of tolerance above.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_pause_schedule.sql
+create or replace function pgflow.pause_schedule(schedule_name text)
+returns pgflow.schedules
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_row pgflow.schedules;
+begin
+  update pgflow.schedules as s
+     set paused = true,
+         paused_at = coalesce(s.paused_at, now()),
+         updated_at = case when s.paused then s.updated_at else now() end
+   where s.schedule_name = pause_schedule.schedule_name
+  returning s.* into v_row;
+  if not found then
+    raise exception 'schedule % does not exist', coalesce(quote_literal(pause_schedule.schedule_name), 'NULL')
+      using errcode = 'P0002';
+  end if;
+  return v_row;
+end;
+$$;
+
+comment on function pgflow.pause_schedule(schedule_name text) is $doc$
+pgflow.pause_schedule(schedule_name) guarantees (v0.20.0; SECURITY DEFINER so that pgflow_client may call it
+without any table privilege; it changes nothing but the named schedule's paused, paused_at and updated_at):
+  * unknown name (or NULL): SQLSTATE P0002 'schedule <name> does not exist', nothing changes;
+  * the schedule becomes paused (paused_at = now()) and fires no tick from the moment this transaction commits
+    (pgflow.fire_schedule_tick locks the row and returns NULL for a paused schedule); runs already started are
+    not touched;
+  * pausing a paused schedule changes nothing (paused_at keeps the first pause's time);
+  * worker startups (pgflow.upsert_schedule) never unpause it; returns the schedule row.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_resume_schedule.sql
+create or replace function pgflow.resume_schedule(schedule_name text)
+returns pgflow.schedules
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_row pgflow.schedules;
+begin
+  update pgflow.schedules as s
+     set paused = false,
+         paused_at = null,
+         -- The ticks that passed while the schedule was paused are not fired, whatever its missed policy.
+         last_tick = case when s.paused then greatest(s.last_tick, now()) else s.last_tick end,
+         next_tick = case when s.paused then null else s.next_tick end,
+         updated_at = case when s.paused then now() else s.updated_at end
+   where s.schedule_name = resume_schedule.schedule_name
+  returning s.* into v_row;
+  if not found then
+    raise exception 'schedule % does not exist', coalesce(quote_literal(resume_schedule.schedule_name), 'NULL')
+      using errcode = 'P0002';
+  end if;
+  return v_row;
+end;
+$$;
+
+comment on function pgflow.resume_schedule(schedule_name text) is $doc$
+pgflow.resume_schedule(schedule_name) guarantees (v0.20.0; SECURITY DEFINER so that pgflow_client may call it
+without any table privilege; it changes nothing but the named schedule's paused, paused_at, last_tick,
+next_tick and updated_at):
+  * unknown name (or NULL): SQLSTATE P0002 'schedule <name> does not exist', nothing changes;
+  * a paused schedule becomes active and last_tick becomes greatest(last_tick, now()): the ticks that passed
+    while it was paused never fire, also with missed = 'catch_up' (no backfill); the next tick after now fires;
+    next_tick becomes NULL until a worker computes it;
+  * resuming an active schedule changes nothing; returns the schedule row.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_upsert_schedule.sql
+create or replace function pgflow.upsert_schedule(
+  schedule_name text,
+  flow_slug     text,
+  cron          text,
+  time_zone     text,
+  input         jsonb,
+  missed        text default 'skip',
+  max_catch_up  integer default 10,
+  since         timestamptz default now(),
+  next_tick     timestamptz default null
+)
+returns text
+language plpgsql
+volatile
+security invoker
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_old    pgflow.schedules;
+  v_since  timestamptz := coalesce(upsert_schedule.since, now());
+begin
+  if not coalesce(pgflow.is_valid_slug(upsert_schedule.schedule_name), false) then
+    raise exception 'invalid schedule name %: use 1 to 128 ASCII letters, digits or _, not starting with a digit',
+      coalesce(quote_literal(upsert_schedule.schedule_name), 'NULL')
+      using errcode = '22023';
+  end if;
+  if upsert_schedule.cron is null or btrim(upsert_schedule.cron) = '' then
+    raise exception 'schedule %: the cron expression is empty', upsert_schedule.schedule_name
+      using errcode = '22023';
+  end if;
+  if upsert_schedule.time_zone is null
+     or not exists (select 1 from pg_catalog.pg_timezone_names as z where z.name = upsert_schedule.time_zone) then
+    raise exception 'schedule %: unknown time zone %', upsert_schedule.schedule_name,
+      coalesce(quote_literal(upsert_schedule.time_zone), 'NULL')
+      using errcode = '22023';
+  end if;
+  if upsert_schedule.input is null then
+    raise exception 'schedule %: input is NULL; use the JSON value null (''null''::jsonb) for no input',
+      upsert_schedule.schedule_name
+      using errcode = '22023';
+  end if;
+  if upsert_schedule.missed is null or upsert_schedule.missed not in ('skip', 'catch_up') then
+    raise exception 'schedule %: missed must be ''skip'' or ''catch_up'', got %', upsert_schedule.schedule_name,
+      coalesce(quote_literal(upsert_schedule.missed), 'NULL')
+      using errcode = '22023';
+  end if;
+  if upsert_schedule.max_catch_up is null or upsert_schedule.max_catch_up not between 1 and 1000 then
+    raise exception 'schedule %: max_catch_up must be between 1 and 1000, got %', upsert_schedule.schedule_name,
+      coalesce(upsert_schedule.max_catch_up::text, 'NULL')
+      using errcode = '22023';
+  end if;
+  if not exists (select 1 from pgflow.flows as f where f.flow_slug = upsert_schedule.flow_slug) then
+    raise exception 'schedule %: flow % does not exist; compile it first (serve it in a worker or run ensure_flow_compiled)',
+      upsert_schedule.schedule_name, coalesce(quote_literal(upsert_schedule.flow_slug), 'NULL')
+      using errcode = '23503';
+  end if;
+
+  select s.* into v_old
+    from pgflow.schedules as s
+   where s.schedule_name = upsert_schedule.schedule_name
+     for update;
+
+  if not found then
+    insert into pgflow.schedules (schedule_name, flow_slug, cron, time_zone, input, missed, max_catch_up,
+                                  last_tick, next_tick)
+    values (upsert_schedule.schedule_name, upsert_schedule.flow_slug, upsert_schedule.cron,
+            upsert_schedule.time_zone, upsert_schedule.input, upsert_schedule.missed, upsert_schedule.max_catch_up,
+            v_since, upsert_schedule.next_tick)
+    on conflict on constraint schedules_pkey do nothing;
+    if found then
+      return 'created';
+    end if;
+    -- Created concurrently by another worker's startup: compare with its row like any existing one.
+    select s.* into v_old
+      from pgflow.schedules as s
+     where s.schedule_name = upsert_schedule.schedule_name
+       for update;
+  end if;
+
+  if v_old.flow_slug = upsert_schedule.flow_slug
+     and v_old.cron = upsert_schedule.cron
+     and v_old.time_zone = upsert_schedule.time_zone
+     and v_old.input = upsert_schedule.input
+     and v_old.missed = upsert_schedule.missed
+     and v_old.max_catch_up = upsert_schedule.max_catch_up then
+    return 'unchanged';
+  end if;
+
+  update pgflow.schedules as s
+     set flow_slug = upsert_schedule.flow_slug,
+         cron = upsert_schedule.cron,
+         time_zone = upsert_schedule.time_zone,
+         input = upsert_schedule.input,
+         missed = upsert_schedule.missed,
+         max_catch_up = upsert_schedule.max_catch_up,
+         -- A new timetable starts now: ticks of the new cron (or zone) before this moment never fire, so a
+         -- change cannot cause a burst of "missed" ticks.
+         last_tick = case
+                       when v_old.cron <> upsert_schedule.cron or v_old.time_zone <> upsert_schedule.time_zone
+                         then greatest(v_old.last_tick, v_since)
+                       else v_old.last_tick
+                     end,
+         next_tick = case
+                       when v_old.cron <> upsert_schedule.cron or v_old.time_zone <> upsert_schedule.time_zone
+                         then upsert_schedule.next_tick
+                       else v_old.next_tick
+                     end,
+         updated_at = now()
+   where s.schedule_name = upsert_schedule.schedule_name;
+  return 'updated';
+end;
+$$;
+
+comment on function pgflow.upsert_schedule(schedule_name text, flow_slug text, cron text, time_zone text,
+  input jsonb, missed text, max_catch_up integer, since timestamptz, next_tick timestamptz) is $doc$
+pgflow.upsert_schedule(schedule_name, flow_slug, cron, time_zone, input, missed, max_catch_up, since, next_tick)
+guarantees (v0.20.0; SECURITY INVOKER: workers call it at startup for the schedules in their code):
+  * bad arguments raise before anything is written, naming the schedule and the value: an invalid name
+    (pgflow.is_valid_slug), an empty cron, a time zone PostgreSQL does not know, a NULL input, missed other than
+    'skip'/'catch_up', max_catch_up outside 1..1000 (SQLSTATE 22023); a flow that does not exist (23503). The
+    cron expression itself is parsed by the worker, not here;
+  * a new name inserts the schedule with last_tick = since (default now()): no tick at or before the moment of
+    creation ever fires; returns 'created';
+  * an existing schedule whose definition (flow_slug, cron, time_zone, input, missed, max_catch_up) equals the
+    arguments is not touched; returns 'unchanged';
+  * otherwise the definition columns are replaced and updated_at set; when cron or time_zone changed, last_tick
+    becomes greatest(last_tick, since) and next_tick the given one, so ticks of the new timetable before since
+    never fire (no burst after a change); returns 'updated';
+  * paused and paused_at are operator state and are never changed here;
+  * concurrent calls for one name are serialised by the row lock (or the primary key for the first insert).
+During a rolling deploy the definition of the most recently started worker wins.
+$doc$;
+-- end generated
+
 do $grants$
 declare
   v_grant record;
@@ -2489,7 +3410,10 @@ begin
       case v_grant.proname
         when 'complete_task' then 'pgflow.complete_task(uuid, text, integer, jsonb, integer)'
         when 'fail_task' then 'pgflow.fail_task(uuid, text, integer, text, integer, boolean, integer)'
-        else 'pgflow.complete_tasks(uuid[], text[], integer[], jsonb[], integer[])'
+        when 'complete_tasks' then 'pgflow.complete_tasks(uuid[], text[], integer[], jsonb[], integer[])'
+        when 'create_flow' then 'pgflow.create_flow(text, integer, integer, integer, text)'
+        when 'ensure_flow_compiled' then 'pgflow.ensure_flow_compiled(text, jsonb, boolean, text)'
+        else 'pgflow._create_flow_from_shape(text, jsonb, text)'
       end,
       v_grant.grantee);
   end loop;
@@ -2567,14 +3491,6 @@ A key missing on either side is not a difference for slug/stepType/whenUnmet/whe
 those with SQL "<>", where NULL never differs); for the two patterns a missing key differs from
 {"defined": false} and prints as ''. Options are never compared. Read-only.
 $doc$;
-comment on function pgflow._create_flow_from_shape(p_flow_slug text, p_shape jsonb) is $doc$
-pgflow._create_flow_from_shape(p_flow_slug, p_shape) guarantees: defines the flow described by a shape, using
-create_flow and add_step (so it has their idempotence and errors): flow options from shape.options
-(maxAttempts, baseDelay, timeout; absent = create_flow defaults), then every element of shape.steps in array
-order with its dependencies (absent = none), stepType (absent = 'single'), whenUnmet (absent = 'skip'),
-whenExhausted (absent = 'fail'), patterns (only when {"defined": true}) and step options (maxAttempts,
-baseDelay, timeout, startDelay; absent = inherit).
-$doc$;
 comment on function pgflow._get_flow_shape(p_flow_slug text) is $doc$
 pgflow._get_flow_shape(p_flow_slug) guarantees: the structural shape of a stored flow as jsonb
 {"steps": [...]}, steps in step_index order, each with slug, stepType, dependencies (sorted by code point,
@@ -2589,23 +3505,6 @@ remaining_steps is 0 becomes 'completed' (completed_at now) with output = {<leaf
 output>} over its completed leaf steps (NULL when none completed), and run:completed is emitted for it, runs in
 run_id order. Runs that are completed, failed, still have steps left, or do not exist are not touched; NULL or
 empty run_ids do nothing.
-$doc$;
-comment on function pgflow.add_step(flow_slug text, step_slug text, deps_slugs text[], max_attempts integer, base_delay integer, timeout integer, start_delay integer, step_type text, required_input_pattern jsonb, forbidden_input_pattern jsonb, when_unmet text, when_exhausted text) is $doc$
-pgflow.add_step(...) guarantees:
-  * definitions of one flow are serialised by a row lock on the flow;
-  * idempotent by (flow_slug, step_slug): the first call inserts the step at the next step_index of the flow
-    (0, 1, 2, ... in call order, a topological order because dependencies must already exist) with its
-    dependency edges; a later call with the same dependency set returns the existing row unchanged (options,
-    type, patterns and modes are NOT updated);
-  * a later call with a different dependency set is rejected and changes nothing: adding edges to an existing
-    step would leave deps_count stale (runs would never start the step) and could create cycles;
-  * duplicate names in deps_slugs count once, so deps_count always equals the number of edges; NULL = '{}';
-  * a new step records its resolved route: queue_name = the flow's default queue,
-    pgflow._default_queue_name(flow_slug) (the queue create_flow created); no queue is created here;
-  * a map step has at most one dependency;
-  * everything else is enforced by the constraints of steps and deps, whose error texts callers match on
-    (steps_flow_slug_fkey, deps_flow_slug_dep_slug_fkey, deps_check, steps_step_slug_check,
-    steps_step_type_check, when_unmet_is_valid, when_exhausted_is_valid, opt_*_is_*, *_input_pattern_is_object).
 $doc$;
 comment on function pgflow.calculate_retry_delay(base_delay numeric, attempts_count integer) is $doc$
 pgflow.calculate_retry_delay(base_delay, attempts_count) guarantees: the exponential backoff in whole seconds,
@@ -2630,42 +3529,6 @@ pgflow.cascade_complete_taskless_steps(run_id) guarantees:
   * at most 50 iterations (each wave and the final empty one count): more raises
     'Cascade loop exceeded safety limit of 50 iterations (run <run_id>)', which rolls back the caller.
 The run itself is not completed here; callers call pgflow.maybe_complete_run.
-$doc$;
-comment on function pgflow.create_flow(flow_slug text, max_attempts integer, base_delay integer, timeout integer) is $doc$
-pgflow.create_flow(flow_slug, max_attempts, base_delay, timeout) guarantees:
-  * idempotent: the first call inserts the flow (NULL options become max_attempts 3, base_delay 5, timeout 60);
-    later calls return the existing row unchanged (options are NOT updated);
-  * the flow's default PGMQ queue, pgflow._default_queue_name(flow_slug) (the lower-case slug), exists
-    afterwards, also for a flow without steps; an existing flow reuses the queue PGMQ lists under any spelling
-    of that name (a mixed-case queue created by v0.16.0 stays as it is) and gets it re-created only when PGMQ
-    lists none;
-  * a new flow is refused, before anything is written, when PGMQ already lists a queue with the same normalized
-    name (pgflow manages its queues exclusively and never adopts a queue it did not create for that flow);
-  * two flows never share a default queue: the unique index flows_default_queue_key rejects a slug that
-    differs only in letter case from an existing flow, atomically (also for concurrent calls);
-  * a valid slug whose queue name would break PGMQ's limit (more than 47 characters) is rejected before anything
-    is written, and the queue name passes PGMQ's public validation (pgmq.validate_queue_name);
-  * calls for one normalized slug are serialised with ensure_flow_compiled and delete_flow_and_data by the
-    transaction-level advisory lock (1, hashtext(lower(flow_slug)));
-  * invalid slugs and options fail on the flows CHECK constraints (slug_is_valid, opt_*). Queues are only
-    created and listed through PGMQ's public functions.
-$doc$;
-comment on function pgflow.delete_flow_and_data(p_flow_slug text) is $doc$
-pgflow.delete_flow_and_data(p_flow_slug) guarantees: removes the flow completely in the caller's transaction:
-  * the flow's queues are its persisted routes (the distinct steps.queue_name of its steps), or its default queue
-    pgflow._default_queue_name(p_flow_slug) when the flow exists but has no steps;
-  * each of those queues is resolved to the spelling PGMQ lists for it (pgmq.list_queues(), compared in lower
-    case, so a mixed-case queue created by v0.16.0 is found); a queue listed under more than one spelling is
-    ambiguous and raises an error naming the flow, the queue and the spellings BEFORE anything is deleted;
-    a queue PGMQ does not list is already gone and is skipped;
-  * then all of the flow's step_tasks, step_states, runs, deps, steps and the flow row are deleted, and every
-    resolved queue is dropped with its archive by pgmq.drop_queue(listed spelling), which also removes that
-    spelling's metadata. Messages are not archived one by one before their queue is dropped;
-  * any failing PGMQ call fails the function, so the caller's transaction rolls back as a whole;
-  * calls for one normalized slug are serialised with create_flow and ensure_flow_compiled by the
-    transaction-level advisory lock (1, hashtext(lower(p_flow_slug)));
-  * destructive and irreversible; meant for development and for recompiling a changed flow. Workers rows are
-    not touched. An unknown flow is not an error and touches no queue.
 $doc$;
 comment on function pgflow.get_run_with_states(run_id uuid) is $doc$
 pgflow.get_run_with_states(run_id) guarantees: one consistent read of a run and all its step states as

@@ -20,8 +20,8 @@
 --                   anything.
 --   pgflow_client - start runs and read runs with their step states: only the SECURITY DEFINER functions
 --                   pgflow.start_flow_with_states and pgflow.get_run_with_states (what the Go client calls), and
---                   LISTEN, which needs no privilege. It can read no table, cannot claim, complete or fail tasks,
---                   and has no access to PGMQ.
+--                   LISTEN, which needs no privilege. It can read no table but pgflow.schedules (and pause and
+--                   resume schedules), cannot claim, complete or fail tasks, and has no access to PGMQ.
 --
 -- With the real pgmq extension, pgmq.create adds every new queue table to the extension (ALTER EXTENSION pgmq ADD
 -- TABLE), which only the extension's owner (or a superuser) may do, and the tables are owned by the role that ran
@@ -45,14 +45,15 @@
 --   * pgflow_owner: USAGE on schema pgmq; on every PGMQ table and sequence it does not own, the privileges that
 --     pgflow_worker has on it (below);
 --   * pgflow_worker: USAGE on both schemas; SELECT on pgflow.flows, steps, deps; SELECT, INSERT, UPDATE on runs,
---     step_states, step_tasks, workers, worker_functions; SELECT, INSERT, UPDATE, DELETE on every PGMQ queue and
+--     step_states, step_tasks, workers, worker_functions, schedules (v0.20.0); SELECT, INSERT, UPDATE, DELETE on every PGMQ queue and
 --     archive table, SELECT on pgmq.meta, USAGE/SELECT/UPDATE on PGMQ sequences; EXECUTE on every pgflow function
 --     except the ones that change definitions (create_flow, add_step, _create_flow_from_shape,
 --     delete_flow_and_data) and the optional prune_data_older_than, and on every pgmq function;
 --   * queues created later by pgflow_owner, or by the pgmq extension's owner, give pgflow_worker (and
 --     pgflow_owner) the same privileges on their tables and sequences through default privileges;
 --   * pgflow_client: USAGE on schema pgflow and EXECUTE on start_flow_with_states, get_run_with_states and
---     schema_version (v0.20.0) only. It cannot cancel or retry runs: pgflow.cancel_run and pgflow.retry_run
+--     schema_version (v0.20.0), plus (v0.20.0) SELECT on pgflow.schedules and EXECUTE on pause_schedule and
+--     resume_schedule (SECURITY DEFINER), only. It cannot cancel or retry runs: pgflow.cancel_run and pgflow.retry_run
 --     (v0.20.0) are SECURITY INVOKER and change runs, steps, tasks and queues, so they need what pgflow_worker has
 --     (which can execute them) or pgflow_owner; grant one of those to the operator role of `pgflow runs cancel`
 --     / `retry` or the dashboard's actions;
@@ -134,6 +135,14 @@ grant usage on schema pgflow, pgmq to pgflow_worker;
 grant select on pgflow.flows, pgflow.steps, pgflow.deps to pgflow_worker;
 grant select, insert, update on pgflow.runs, pgflow.step_states, pgflow.step_tasks, pgflow.workers,
   pgflow.worker_functions to pgflow_worker;
+-- Schedules (v0.20.0): workers write their schedules at startup and fire due ticks.
+do $worker_schedules$
+begin
+  if pg_catalog.to_regclass('pgflow.schedules') is not null then
+    grant select, insert, update on pgflow.schedules to pgflow_worker;
+  end if;
+end;
+$worker_schedules$;
 grant execute on all functions in schema pgflow to pgflow_worker;
 do $worker$
 declare
@@ -226,3 +235,13 @@ begin
   end if;
 end;
 $client_version$;
+-- Schedules (v0.20.0): list them (a plain read of pgflow.schedules: names, crons and the fixed inputs), pause and
+-- resume them (SECURITY DEFINER functions that change nothing but the named schedule's paused state).
+do $client_schedules$
+begin
+  if pg_catalog.to_regclass('pgflow.schedules') is not null then
+    grant select on pgflow.schedules to pgflow_client;
+    grant execute on function pgflow.pause_schedule(text), pgflow.resume_schedule(text) to pgflow_client;
+  end if;
+end;
+$client_schedules$;
