@@ -146,10 +146,14 @@ See docs/performance.md for the method.`,
 // stdout by `pgflow bench --mode scale-out`, see bench.WorkerProcessMain).
 func newBenchWorkerCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:    "worker",
-		Short:  "One worker process of `pgflow bench --mode scale-out` (started by the benchmark itself)",
-		Hidden: true,
-		Args:   cobra.NoArgs,
+		Use:   "worker",
+		Short: "One worker process of `pgflow bench --mode scale-out` (started by the benchmark itself)",
+		Long: `Runs one pgflow.Worker for the scale-out benchmark's flow. The benchmark starts it with its settings in
+$` + bench.EnvWorkerProcess + ` (JSON), reads a JSON line once the worker runs, writes "stats" to get the statements sent so
+far, and closes stdin to stop it gracefully. Not meant to be run by hand.`,
+		Example: `  pgflow bench --mode scale-out   # starts 'pgflow bench worker' processes itself`,
+		Hidden:  true,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Getenv(bench.EnvWorkerProcess) == "" {
 				return fmt.Errorf("bench worker: started by `pgflow bench --mode scale-out` only ($%s is not set)", bench.EnvWorkerProcess)
