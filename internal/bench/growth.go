@@ -100,6 +100,8 @@ type Growth struct {
 	// Prune is pgflow.prune_data_older_than on the loaded history (empty when not measured).
 	Prune     []PruneResult `json:"prune,omitempty"`
 	PruneNote string        `json:"prune_note,omitempty"`
+	// Reuse is measured after pruning (nil when pruning is not measured).
+	Reuse *Reuse `json:"reuse,omitempty"`
 }
 
 // PruneResult is one call of pgflow.prune_data_older_than.
@@ -180,9 +182,8 @@ func (e *env) runGrowth(ctx context.Context, cfg Config, progress func(Progress)
 		if pt.QueuedRuns, err = e.countRuns(ctx, bf.slug, "started"); err != nil {
 			return nil, err
 		}
-		if err := e.mon.QueryRow(ctx, `select sum(pg_total_relation_size(c))::bigint from unnest($1::regclass[]) as c`,
-			[]string{"pgflow.runs", "pgflow.step_states", "pgflow.step_tasks", queueTable(queue, "q"), queueTable(queue, "a")}).Scan(&pt.TableBytes); err != nil {
-			return nil, fmt.Errorf("read table sizes: %w", err)
+		if pt.TableBytes, err = e.tableBytes(ctx, queue); err != nil {
+			return nil, err
 		}
 		if pt.Baseline, err = e.runBaseline(ctx, cfg.BaselineDuration, nil); err != nil {
 			return nil, err
@@ -203,11 +204,61 @@ func (e *env) runGrowth(ctx context.Context, cfg Config, progress func(Progress)
 		g.PruneNote = "not measured: pgflow.prune_data_older_than deletes every flow's old runs in the database; pass Prune (--prune) to measure it on a given database"
 		return g, nil
 	}
+	before, err := e.tableBytes(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
 	g.Prune, err = e.measurePrune(ctx, progress)
 	if err != nil {
 		return nil, err
 	}
-	return g, nil
+	g.Reuse, err = e.measureReuse(ctx, bf.slug, queue, before, g.Prune, progress)
+	return g, err
+}
+
+// Reuse shows whether pruned space is used again: the tables' size before pruning, after pruning and a plain
+// VACUUM, and after pre-loading as many history runs as were pruned.
+type Reuse struct {
+	BytesBeforePrune int64   `json:"bytes_before_prune"`
+	BytesAfterVacuum int64   `json:"bytes_after_prune_and_vacuum"`
+	ReloadedRuns     int64   `json:"reloaded_runs"`
+	BytesAfterReload int64   `json:"bytes_after_reload"`
+	VacuumSeconds    float64 `json:"vacuum_seconds"`
+}
+
+func (e *env) measureReuse(ctx context.Context, slug, queue string, before int64, pruned []PruneResult, progress func(Progress)) (*Reuse, error) {
+	r := &Reuse{BytesBeforePrune: before}
+	for _, p := range pruned {
+		r.ReloadedRuns += p.RunsPruned
+	}
+	t0 := time.Now()
+	if _, err := e.mon.Exec(ctx, `vacuum pgflow.runs, pgflow.step_states, pgflow.step_tasks, `+queueTables(queue)); err != nil {
+		return nil, fmt.Errorf("vacuum after pruning: %w", err)
+	}
+	r.VacuumSeconds = time.Since(t0).Seconds()
+	var err error
+	if r.BytesAfterVacuum, err = e.tableBytes(ctx, queue); err != nil {
+		return nil, err
+	}
+	if err := e.preloadHistory(ctx, slug, queue, r.ReloadedRuns, func(done int64) {
+		progress(Progress{Phase: "reload", Done: done, Total: r.ReloadedRuns, Unit: "runs"})
+	}); err != nil {
+		return nil, err
+	}
+	if r.BytesAfterReload, err = e.tableBytes(ctx, queue); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// tableBytes is the total size (indexes and TOAST included) of pgflow's run tables and the queue's tables.
+func (e *env) tableBytes(ctx context.Context, queue string) (int64, error) {
+	var n int64
+	if err := e.mon.QueryRow(ctx, `select sum(pg_total_relation_size(c))::bigint from unnest($1::regclass[]) as c`,
+		[]string{"pgflow.runs", "pgflow.step_states", "pgflow.step_tasks", queueTable(queue, "q"), queueTable(queue, "a")}).Scan(&n); err != nil {
+		return 0, fmt.Errorf("read table sizes: %w", err)
+	}
+	return n, nil
 }
 
 // queueTable is the qualified name of the queue's table ("q") or archive ("a"), as PGMQ names them.

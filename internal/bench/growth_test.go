@@ -77,14 +77,21 @@ func TestBenchGrowthMeasuresEverySizeAndPrunes(t *testing.T) {
 		}
 	}
 	require.Equal(t, g.Points[1].PreloadRuns, pruned)
+	// The pruned runs are loaded again: the report shows the tables' size at each step.
+	require.NotNil(t, g.Reuse)
+	require.Equal(t, pruned, g.Reuse.ReloadedRuns)
+	require.Positive(t, g.Reuse.BytesBeforePrune)
+	require.Positive(t, g.Reuse.BytesAfterVacuum)
+	require.Positive(t, g.Reuse.BytesAfterReload)
 	var old int
 	require.NoError(t, db.Pool.QueryRow(ctx, `select count(*) from pgflow.runs where started_at < now() - interval '1 day'`).Scan(&old))
-	require.Zero(t, old)
+	require.EqualValues(t, pruned, old, "only the reloaded history is old")
 
 	var table bytes.Buffer
 	require.NoError(t, rep.WriteTable(&table))
 	require.Contains(t, table.String(), "cost as work grows")
 	require.Contains(t, table.String(), "prune_data_older_than('27 days')")
+	require.Contains(t, table.String(), "after loading")
 }
 
 // shapeOf describes a row (as JSON) by its columns: null or of which JSON type, and for objects their keys.

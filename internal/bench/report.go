@@ -347,6 +347,10 @@ func (g *Growth) writeTable(w io.Writer) error {
 		fmt.Fprintf(w, "prune_data_older_than('%s'): %d of %d runs pruned in %.2fs (%.1f ms per 1000 runs, %.0f WAL B, %.2f full-page images and %.1f rows per run)\n",
 			r.Retention, r.RunsPruned, r.RunsBefore, r.Seconds, r.MsPer1000Runs, r.WALBytesPerRun, r.FullPagesPer, r.RowsPerRun)
 	}
+	if r := g.Reuse; r != nil {
+		fmt.Fprintf(w, "space: tables %.0f MB before pruning, %.0f MB after pruning and vacuum (%.1fs), %.0f MB after loading %d runs again\n",
+			float64(r.BytesBeforePrune)/(1<<20), float64(r.BytesAfterVacuum)/(1<<20), r.VacuumSeconds, float64(r.BytesAfterReload)/(1<<20), r.ReloadedRuns)
+	}
 	if g.PruneNote != "" {
 		fmt.Fprintln(w, "prune:", g.PruneNote)
 	}
