@@ -269,7 +269,7 @@ func (e *env) machine(ctx context.Context) (Machine, error) {
 	if err := e.mon.QueryRow(ctx, `select current_setting('server_version')`).Scan(&m.ServerVersion); err != nil {
 		return m, fmt.Errorf("bench: read the server version: %w", err)
 	}
-	rows, err := e.mon.Query(ctx, `select s.name, s.setting || coalesce(s.unit, '') from pg_settings as s where s.name = any ($1)`, reportedSettings)
+	rows, err := e.mon.Query(ctx, `select s.name, current_setting(s.name) from pg_settings as s where s.name = any ($1)`, reportedSettings)
 	if err != nil {
 		return m, fmt.Errorf("bench: read the server settings: %w", err)
 	}
