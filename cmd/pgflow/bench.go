@@ -49,15 +49,30 @@ Scenarios (--scenarios, comma separated; letters a-e also work):
   delayed   start delays and RetryAfter retries: how long after its due time delayed work is claimed (p50/p99)
 
 Modes: burn-down starts --runs runs, then works them; continuous keeps a backlog for --warmup + --duration and
-measures the window after the warm-up. See docs/performance.md for the method.`,
+measures the window after the warm-up. Two modes measure something else instead of the scenarios:
+  growth     cost per run started and per task claimed and completed at each --growth-sizes number of completed
+             runs in the tables (pre-loaded), with --backlog runs queued; then pgflow.prune_data_older_than on
+             that history (on a throwaway cluster, or with --prune)
+  scale-out  --scale-workers worker processes (this binary, one pgflow.Worker each) against one database:
+             throughput, connections per process, idle statements and reads per notification
+See docs/performance.md for the method.`,
 		Example: `  pgflow bench
   pgflow bench --scenarios one-step,chain --runs 10000 --max-concurrent 500
-  pgflow bench --mode continuous --duration 20s --json > bench.json`,
+  pgflow bench --mode continuous --duration 20s --json > bench.json
+  pgflow bench --mode growth --growth-sizes 0,100000,1000000 --backlog 100000
+  pgflow bench --mode scale-out --scale-workers 1,2,4,8 --runs 20000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.DatabaseURL = opts.databaseURL
 			if strings.TrimSpace(scenarios) != "" {
 				cfg.Scenarios = strings.Split(scenarios, ",")
+			}
+			if cfg.Mode == bench.ModeScaleOut {
+				self, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("--mode scale-out: find this binary to start worker processes: %w", err)
+				}
+				cfg.WorkerCommand = []string{self, "bench", "worker"}
 			}
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			level := slog.LevelError
@@ -100,7 +115,7 @@ measures the window after the warm-up. See docs/performance.md for the method.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&scenarios, "scenarios", "", "scenarios to run, comma separated (default all): start, one-step, chain, diamond, map, latency, idle, delayed or a-e")
-	f.StringVar(&cfg.Mode, "mode", bench.ModeBurnDown, "burn-down or continuous")
+	f.StringVar(&cfg.Mode, "mode", bench.ModeBurnDown, "burn-down, continuous, growth or scale-out")
 	f.IntVar(&cfg.Runs, "runs", bench.DefaultRuns, "runs per scenario in burn-down mode and for the start scenario")
 	f.DurationVar(&cfg.Duration, "duration", bench.DefaultDuration, "measured time per scenario in continuous mode")
 	f.DurationVar(&cfg.Warmup, "warmup", bench.DefaultWarmup, "warm-up excluded at the start of a continuous scenario")
@@ -114,12 +129,38 @@ measures the window after the warm-up. See docs/performance.md for the method.`,
 	f.DurationVar(&cfg.LatencyDuration, "latency-duration", bench.DefaultLatencyDuration, "length of the latency scenario")
 	f.DurationVar(&cfg.BaselineDuration, "baseline-duration", bench.DefaultBaselineDuration, "measured time of the baseline loop")
 	f.DurationVar(&cfg.IdleDuration, "idle-duration", bench.DefaultIdleDuration, "how long the idle scenario watches a worker")
+	f.IntSliceVar(&cfg.GrowthSizes, "growth-sizes", bench.DefaultGrowthSizes, "growth mode: completed runs in the tables at each measurement, ascending")
+	f.IntVar(&cfg.Backlog, "backlog", bench.DefaultBacklog, "growth mode: queued runs kept while measuring")
+	f.BoolVar(&cfg.Prune, "prune", false, "growth mode: also measure pruning on a given database (deletes every flow's finished runs older than a day)")
+	f.IntSliceVar(&cfg.ScaleWorkers, "scale-workers", bench.DefaultScaleWorkers, "scale-out mode: numbers of worker processes, ascending")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.BoolVar(&noBar, "no-progress", false, "do not draw the progress bar (it is drawn on a terminal only)")
 	f.BoolVar(&verbose, "verbose", false, "show the workers' warnings")
 	f.StringVar(&cpuProf, "cpuprofile", "", "write a Go CPU profile of the benchmark process (workers included) to this file")
 	addSoakMode(cmd, opts) // --soak DURATION: the reliability soak (soak.go)
+	cmd.AddCommand(newBenchWorkerCmd())
 	return cmd
+}
+
+// newBenchWorkerCmd is the worker process the scale-out mode starts (hidden: it is driven through its stdin and
+// stdout by `pgflow bench --mode scale-out`, see bench.WorkerProcessMain).
+func newBenchWorkerCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "worker",
+		Short: "One worker process of `pgflow bench --mode scale-out` (started by the benchmark itself)",
+		Long: `Runs one pgflow.Worker for the scale-out benchmark's flow. The benchmark starts it with its settings in
+$` + bench.EnvWorkerProcess + ` (JSON), reads a JSON line once the worker runs, writes "stats" to get the statements sent so
+far, and closes stdin to stop it gracefully. Not meant to be run by hand.`,
+		Example: `  pgflow bench --mode scale-out   # starts 'pgflow bench worker' processes itself`,
+		Hidden:  true,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if os.Getenv(bench.EnvWorkerProcess) == "" {
+				return fmt.Errorf("bench worker: started by `pgflow bench --mode scale-out` only ($%s is not set)", bench.EnvWorkerProcess)
+			}
+			return bench.WorkerProcessMain(cmd.Context(), cmd.InOrStdin(), cmd.OutOrStdout())
+		},
+	}
 }
 
 // progressBar redraws one line on a terminal: scenario, phase, a bar and the count.

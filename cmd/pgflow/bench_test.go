@@ -55,3 +55,26 @@ func TestBenchTableAndBadFlags(t *testing.T) {
 	r = runCLI(t, "", "--database-url", db.URL, "bench", "--scenarios", "z")
 	require.ErrorContains(t, r.err, `Scenarios = "z"`)
 }
+
+func TestBenchGrowthAndScaleOutModes(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	args := append([]string{"--database-url", db.URL}, benchTinyArgs...)
+	rep := decodeJSON[bench.Report](t, mustCLI(t, append(args, "--mode", "growth", "--growth-sizes", "0,200", "--backlog", "50", "--json")...))
+	require.NotNil(t, rep.Growth)
+	require.Len(t, rep.Growth.Points, 2)
+	require.EqualValues(t, 200, rep.Growth.Points[1].HistoryRuns)
+	require.EqualValues(t, 50, rep.Growth.Points[1].QueuedRuns)
+	require.Empty(t, rep.Growth.Prune, "pruning a given database needs --prune")
+	require.Contains(t, rep.Growth.PruneNote, "--prune")
+	require.Equal(t, []int{0, 200}, rep.Config.GrowthSizes)
+
+	out := mustCLI(t, append(args, "--mode", "scale-out", "--scale-workers", "1,2")...)
+	require.Contains(t, out, "scaling out")
+	require.Contains(t, out, "reads/run")
+
+	r := runCLI(t, "", "--database-url", db.URL, "bench", "--mode", "growth", "--growth-sizes", "100,10")
+	require.ErrorContains(t, r.err, "GrowthSizes = [100 10]")
+	r = runCLI(t, "", "bench", "worker")
+	require.ErrorContains(t, r.err, bench.EnvWorkerProcess)
+}

@@ -26,7 +26,7 @@ type Baseline struct {
 	CommitsPerSec float64 `json:"commits_per_sec"`
 	LatencyMs     float64 `json:"latency_ms"`          // mean time of one transaction as a client sees it
 	CommitsPerTx  float64 `json:"commits_per_tx"`      // from pg_stat_database (1 plus monitoring noise)
-	WALBytesPerTx float64 `json:"wal_bytes_per_tx"`    // pg_current_wal_lsn delta per transaction
+	WALBytesPerTx float64 `json:"wal_bytes_per_tx"`    // pg_current_wal_insert_lsn delta per transaction
 	RowsPerTx     float64 `json:"rows_written_per_tx"` // pg_stat_user_tables delta per transaction (2)
 	// The baseline is measured before and after the scenarios; the figures above combine both measurements
 	// (transactions and time added up), so a machine whose speed drifts during the run is averaged.

@@ -31,10 +31,13 @@ var AllScenarios = []string{ScenarioStart, ScenarioOneStep, ScenarioChain, Scena
 // scenarioLetters maps the issue's letters to scenario names.
 var scenarioLetters = map[string]string{"a": ScenarioOneStep, "b": ScenarioChain, "c": ScenarioDiamond, "d": ScenarioMap, "e": ScenarioLatency}
 
-// Modes of the throughput scenarios.
+// Modes. Burn-down and continuous run the scenarios; growth and scale-out are measurements of their own (the
+// scenarios are not run).
 const (
 	ModeBurnDown   = "burn-down"  // start all runs first, then work them
 	ModeContinuous = "continuous" // keep a backlog of runs for a fixed duration
+	ModeGrowth     = "growth"     // cost per task as completed history and queued backlog grow
+	ModeScaleOut   = "scale-out"  // 1, 2, 4, 8 worker processes against one database
 )
 
 // MapElements is the size of the map scenario's input array.
@@ -79,6 +82,20 @@ type Config struct {
 	Logger *slog.Logger
 	// Progress, when set, is called with the progress of the running phase (a few times per second).
 	Progress func(Progress)
+	// GrowthSizes are the numbers of completed runs in the tables at which the growth mode measures, ascending
+	// (history is pre-loaded up to each size). Backlog is the number of queued runs kept while it measures. At
+	// each size Runs runs are started and Runs tasks worked.
+	GrowthSizes []int
+	Backlog     int
+	// Prune measures pgflow.prune_data_older_than on the growth mode's history also in a given database (it
+	// deletes every flow's finished runs older than a day there). On a throwaway cluster it is always measured.
+	Prune bool
+	// ScaleWorkers are the numbers of worker processes the scale-out mode measures with, ascending.
+	ScaleWorkers []int
+	// WorkerCommand starts one worker process of the scale-out mode (argv; the process is given its settings in
+	// the environment, see WorkerProcessMain). `pgflow bench` passes its own binary with the hidden
+	// `bench worker` subcommand.
+	WorkerCommand []string
 	// StopNow, when it ends, cuts the workers' graceful stop short (their handlers are cancelled and their tasks
 	// released), e.g. on a second SIGINT. Nil: workers stop gracefully, each within its shutdown timeout.
 	StopNow context.Context
@@ -108,6 +125,13 @@ const (
 	DefaultLatencyDuration  = 5 * time.Second
 	DefaultBaselineDuration = 5 * time.Second
 	DefaultIdleDuration     = 10 * time.Second
+	DefaultBacklog          = 100000
+)
+
+// DefaultGrowthSizes and DefaultScaleWorkers are the defaults of Config.GrowthSizes and Config.ScaleWorkers.
+var (
+	DefaultGrowthSizes  = []int{0, 100000, 1000000}
+	DefaultScaleWorkers = []int{1, 2, 4, 8}
 )
 
 // resolve applies defaults and validates c; errors name the bad field and value.
@@ -139,6 +163,21 @@ func (c Config) resolve() (Config, error) {
 	intDefault("PoolSize", &c.PoolSize, DefaultPoolSize)
 	intDefault("StartBatch", &c.StartBatch, DefaultStartBatch)
 	intDefault("Starters", &c.Starters, DefaultStarters)
+	intDefault("Backlog", &c.Backlog, DefaultBacklog)
+	ascending := func(field string, v []int, def []int, least int) []int {
+		if len(v) == 0 {
+			return def
+		}
+		for i, x := range v {
+			if x < least || (i > 0 && x <= v[i-1]) {
+				bad(field, v, fmt.Sprintf("must be ascending numbers of at least %d (%d is not)", least, x))
+				break
+			}
+		}
+		return v
+	}
+	c.GrowthSizes = ascending("GrowthSizes", c.GrowthSizes, DefaultGrowthSizes, 0)
+	c.ScaleWorkers = ascending("ScaleWorkers", c.ScaleWorkers, DefaultScaleWorkers, 1)
 	durDefault("Duration", &c.Duration, DefaultDuration)
 	durDefault("Warmup", &c.Warmup, DefaultWarmup)
 	durDefault("LatencyDuration", &c.LatencyDuration, DefaultLatencyDuration)
@@ -153,11 +192,17 @@ func (c Config) resolve() (Config, error) {
 	switch c.Mode {
 	case "":
 		c.Mode = ModeBurnDown
-	case ModeBurnDown, ModeContinuous:
+	case ModeBurnDown, ModeContinuous, ModeGrowth:
+	case ModeScaleOut:
+		if len(c.WorkerCommand) == 0 {
+			bad("WorkerCommand", "[]", "the scale-out mode needs a command that starts a worker process")
+		}
 	default:
-		bad("Mode", fmt.Sprintf("%q", c.Mode), fmt.Sprintf("must be %q or %q", ModeBurnDown, ModeContinuous))
+		bad("Mode", fmt.Sprintf("%q", c.Mode), fmt.Sprintf("must be %q, %q, %q or %q", ModeBurnDown, ModeContinuous, ModeGrowth, ModeScaleOut))
 	}
-	if len(c.Scenarios) == 0 {
+	if c.Mode == ModeGrowth || c.Mode == ModeScaleOut {
+		c.Scenarios = nil // measurements of their own
+	} else if len(c.Scenarios) == 0 {
 		c.Scenarios = AllScenarios
 	} else {
 		want := map[string]bool{}

@@ -37,6 +37,7 @@ type env struct {
 	mon     *pgxpool.Pool      // monitoring and setup (progress polls, starts in burn-down mode, result reads)
 
 	monQueries atomic.Int64 // monitoring transactions during a measured phase, subtracted from its commits
+	statWAL    bool         // the server has pg_stat_wal (PostgreSQL 14+): full-page images are counted
 }
 
 // openEnv starts a durable throwaway cluster (or connects to url), creates the benchmark database and installs
@@ -78,6 +79,10 @@ func openEnv(ctx context.Context, url string) (*env, error) {
 		e.close()
 		return nil, err
 	}
+	if err := e.mon.QueryRow(ctx, `select current_setting('server_version_num')::int >= 140000`).Scan(&e.statWAL); err != nil {
+		e.close()
+		return nil, fmt.Errorf("bench: read the server version: %w", err)
+	}
 	return e, nil
 }
 
@@ -109,7 +114,7 @@ func newPool(ctx context.Context, url, app string, size int) (*pgxpool.Pool, err
 
 // newTracedPool is newPool with a tracer on every connection (also on connections made from the pool's
 // ConnConfig, such as a worker's listener).
-func newTracedPool(ctx context.Context, url, app string, size int, tracer *statementCounter) (*pgxpool.Pool, error) {
+func newTracedPool(ctx context.Context, url, app string, size int, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("bench: bad database URL: %w", err)
@@ -153,8 +158,9 @@ func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBa
 // counters are the database-wide cost counters at one moment.
 type counters struct {
 	commits int64  // pg_stat_database.xact_commit of the benchmark database
-	wal     uint64 // pg_current_wal_lsn() as a byte position
+	wal     uint64 // pg_current_wal_insert_lsn() as a byte position (WAL written or not yet written: all generated)
 	rows    int64  // rows inserted, updated and deleted in the database's tables (pg_stat_user_tables)
+	fpi     int64  // full-page images written to the WAL, whole server (pg_stat_wal.wal_fpi; 0 before PostgreSQL 14)
 	at      time.Time
 }
 
@@ -163,11 +169,16 @@ type counters struct {
 func (e *env) snapshot(ctx context.Context) (counters, error) {
 	var c counters
 	var lsn string
+	fpi := "0::bigint"
+	if e.statWAL {
+		fpi = "(select w.wal_fpi from pg_stat_wal as w)"
+	}
 	err := e.mon.QueryRow(ctx, `
 		select (select d.xact_commit from pg_stat_database as d where d.datname = current_database()),
-		       pg_current_wal_lsn()::text,
-		       (select coalesce(sum(t.n_tup_ins + t.n_tup_upd + t.n_tup_del), 0)::bigint from pg_stat_user_tables as t)`).
-		Scan(&c.commits, &lsn, &c.rows)
+		       pg_current_wal_insert_lsn()::text,
+		       (select coalesce(sum(t.n_tup_ins + t.n_tup_upd + t.n_tup_del), 0)::bigint from pg_stat_user_tables as t),
+		       `+fpi).
+		Scan(&c.commits, &lsn, &c.rows, &c.fpi)
 	if err != nil {
 		return c, fmt.Errorf("bench: read the database counters: %w", err)
 	}
@@ -192,10 +203,11 @@ type delta struct {
 	commits  int64
 	walBytes int64
 	rows     int64
+	fpi      int64
 }
 
 func (a counters) to(b counters) delta {
-	return delta{commits: b.commits - a.commits, walBytes: int64(b.wal - a.wal), rows: b.rows - a.rows}
+	return delta{commits: b.commits - a.commits, walBytes: int64(b.wal - a.wal), rows: b.rows - a.rows, fpi: b.fpi - a.fpi}
 }
 
 // flushStats makes the statistics of the monitoring pool's backends visible: they are flushed when a backend
@@ -257,7 +269,7 @@ func (e *env) machine(ctx context.Context) (Machine, error) {
 	if err := e.mon.QueryRow(ctx, `select current_setting('server_version')`).Scan(&m.ServerVersion); err != nil {
 		return m, fmt.Errorf("bench: read the server version: %w", err)
 	}
-	rows, err := e.mon.Query(ctx, `select s.name, s.setting || coalesce(s.unit, '') from pg_settings as s where s.name = any ($1)`, reportedSettings)
+	rows, err := e.mon.Query(ctx, `select s.name, current_setting(s.name) from pg_settings as s where s.name = any ($1)`, reportedSettings)
 	if err != nil {
 		return m, fmt.Errorf("bench: read the server settings: %w", err)
 	}

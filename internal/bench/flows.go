@@ -31,7 +31,7 @@ func flowFor(scenario string) (*benchFlow, error) {
 	f := pgflow.NewFlow[json.RawMessage](slug, pgflow.MaxAttempts(3), pgflow.Timeout(time.Minute))
 	bf := &benchFlow{flow: f, slug: slug, input: json.RawMessage(`{}`)}
 	switch scenario {
-	case ScenarioOneStep, ScenarioLatency, ScenarioStart, ScenarioIdle:
+	case ScenarioOneStep, ScenarioLatency, ScenarioStart, ScenarioIdle, growthScenario, scaleScenario:
 		pgflow.Step(f, "work", noop)
 		bf.tasksPerRun = 1
 	case ScenarioChain:

@@ -19,6 +19,8 @@ type Report struct {
 	Config   ConfigSummary `json:"config"`
 	Baseline Baseline      `json:"baseline"`
 	Results  []Result      `json:"results"`
+	Growth   *Growth       `json:"growth,omitempty"`    // the growth mode's outcome
+	Scale    *Scale        `json:"scale_out,omitempty"` // the scale-out mode's outcome
 	Warnings []string      `json:"warnings,omitempty"`
 }
 
@@ -36,6 +38,9 @@ type ConfigSummary struct {
 	StartBatch       int      `json:"start_batch"`
 	Starters         int      `json:"starters"`
 	Rate             float64  `json:"latency_rate"`
+	GrowthSizes      []int    `json:"growth_sizes,omitempty"`
+	Backlog          int      `json:"backlog,omitempty"`
+	ScaleWorkers     []int    `json:"scale_workers,omitempty"`
 	BaselineSeconds  float64  `json:"baseline_seconds"`
 	ThrowawayCluster bool     `json:"throwaway_cluster"`
 }
@@ -44,8 +49,13 @@ func summarize(c Config) ConfigSummary {
 	s := ConfigSummary{Mode: c.Mode, Scenarios: c.Scenarios, Runs: c.Runs, Workers: c.Workers, MaxConcurrent: c.MaxConcurrent,
 		BatchSize: c.BatchSize, PoolSize: c.PoolSize, StartBatch: c.StartBatch, Starters: c.Starters, Rate: c.Rate,
 		BaselineSeconds: c.BaselineDuration.Seconds(), ThrowawayCluster: c.DatabaseURL == ""}
-	if c.Mode == ModeContinuous {
+	switch c.Mode {
+	case ModeContinuous:
 		s.DurationSeconds, s.WarmupSeconds = c.Duration.Seconds(), c.Warmup.Seconds()
+	case ModeGrowth:
+		s.GrowthSizes, s.Backlog = c.GrowthSizes, c.Backlog
+	case ModeScaleOut:
+		s.ScaleWorkers = c.ScaleWorkers
 	}
 	return s
 }
@@ -204,31 +214,12 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "baseline: %d clients, one-row insert+update per transaction: %.0f commits/s (before %.0f, after %.0f), %.2f ms/tx, %.0f WAL bytes/tx, %.1f rows/tx (%d tx in %.1fs)\n\n",
 		b.Clients, b.CommitsPerSec, b.CommitsPerSecBefore, b.CommitsPerSecAfter, b.LatencyMs, b.WALBytesPerTx, b.RowsPerTx, b.Transactions, b.Seconds)
 
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmode\truns\ttasks\truns/s (×base)\ttasks/s (×base)\tp50 ms\tp95 ms\tp99 ms (×base)\tcommits/task (×base)\tWAL B/task (×base)\trows/task (×base)\t")
-	for _, r := range rep.Results {
-		if r.Scenario == ScenarioIdle {
-			continue
-		}
-		per := "task"
-		if r.CostPer == "run" {
-			per = "run"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
-			r.Scenario, r.Mode, r.Runs, r.Tasks,
-			withRatio(r.RunsPerSec, r.Ratios.RunsPerSec, 0),
-			withRatio(r.TasksPerSec, r.Ratios.TasksPerSec, 0),
-			num(r.LatencyP50Ms, 1), num(r.LatencyP95Ms, 1),
-			withRatio(r.LatencyP99Ms, r.Ratios.LatencyP99, 1),
-			withRatio(r.CommitsPer, r.Ratios.Commits, 2)+perSuffix(per),
-			withRatio(r.WALBytesPer, r.Ratios.WALBytes, 0)+perSuffix(per),
-			withRatio(r.RowsWrittenPer, r.Ratios.RowsWritten, 1)+perSuffix(per))
-	}
-	if err := tw.Flush(); err != nil {
+	if err := rep.writeResults(w); err != nil {
 		return err
 	}
 	for _, r := range rep.Results {
 		if r.Scenario == ScenarioIdle {
+
 			fmt.Fprintf(w, "\nidle worker (%s): %.2f statements/s sent (×base %.5f); database: %.2f transactions/s, %.0f WAL bytes/s; over %.1fs\n",
 				r.Mode, r.IdleStatementsPerSec, r.Ratios.IdleRequests, r.IdleTransactionsPerSec, r.IdleWALBytesPerSec, r.Seconds)
 		}
@@ -238,6 +229,12 @@ func (rep *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, "\ndelayed work (%s): due → claim p50 %.1f ms, p99 %.1f ms (start delays p50 %.1f / p99 %.1f ms; RetryAfter retries p50 %.1f / p99 %.1f ms)\n",
 				r.Mode, r.LatencyP50Ms, r.LatencyP99Ms, r.DelayedStartP50Ms, r.DelayedStartP99Ms, r.DelayedRetryP50Ms, r.DelayedRetryP99Ms)
 		}
+	}
+	if err := rep.Growth.writeTable(w); err != nil {
+		return err
+	}
+	if err := rep.Scale.writeTable(w); err != nil {
+		return err
 	}
 	var notes []string
 	for _, r := range rep.Results {
@@ -273,4 +270,113 @@ func withRatio(v, r float64, prec int) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.*f (%s)", prec, v, strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.3f", r), "0"), "."))
+}
+
+// writeResults writes the scenarios' table (nothing when no scenario ran).
+func (rep *Report) writeResults(w io.Writer) error {
+	if len(rep.Results) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tmode\truns\ttasks\truns/s (×base)\ttasks/s (×base)\tp50 ms\tp95 ms\tp99 ms (×base)\tcommits/task (×base)\tWAL B/task (×base)\trows/task (×base)\t")
+	for _, r := range rep.Results {
+		if r.Scenario == ScenarioIdle {
+			continue
+		}
+		per := "task"
+		if r.CostPer == "run" {
+			per = "run"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			r.Scenario, r.Mode, r.Runs, r.Tasks,
+			withRatio(r.RunsPerSec, r.Ratios.RunsPerSec, 0),
+			withRatio(r.TasksPerSec, r.Ratios.TasksPerSec, 0),
+			num(r.LatencyP50Ms, 1), num(r.LatencyP95Ms, 1),
+			withRatio(r.LatencyP99Ms, r.Ratios.LatencyP99, 1),
+			withRatio(r.CommitsPer, r.Ratios.Commits, 2)+perSuffix(per),
+			withRatio(r.WALBytesPer, r.Ratios.WALBytes, 0)+perSuffix(per),
+			withRatio(r.RowsWrittenPer, r.Ratios.RowsWritten, 1)+perSuffix(per))
+	}
+	return tw.Flush()
+}
+
+// meanMs is the mean client-side time of a function's calls ("-" when it was not called).
+func meanMs(ts []StatementTime, function string) string {
+	for _, t := range ts {
+		if t.Function == function {
+			return fmt.Sprintf("%.2f", t.MeanMs)
+		}
+	}
+	return "-"
+}
+
+// writeTable writes one row per size: the start phase per run, the work phase per task, the mean times of the
+// hot calls and the tables' size; then the pruning figures.
+func (g *Growth) writeTable(w io.Writer) error {
+	if g == nil {
+		return nil
+	}
+	fmt.Fprintln(w, "cost as work grows (one-step flow; start: per run, work: per task; ms: mean client-side time of one call; rates ×base: per commit of the baseline measured before each size):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "history runs\tqueued\tpreload s\tbase c/s\tstart runs/s (×base)\tWAL B/run (FPI)\ttasks/s (×base)\tcommits/task\tWAL B/task (×base)\tFPI/task\trows/task\tstart_flows ms\tread ms\tstart_tasks ms\tcomplete_tasks ms\ttables MB\t")
+	for _, p := range g.Points {
+		fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.0f\t%s\t%.0f (%.2f)\t%s\t%.3f\t%s\t%.2f\t%.1f\t%s\t%s\t%s\t%s\t%.0f\t\n",
+			p.HistoryRuns, p.QueuedRuns, p.PreloadSeconds, p.Baseline.CommitsPerSec,
+			withRatio(p.Start.PerSec, p.Start.Ratios.RunsPerSec, 0), p.Start.WALBytesPer, p.Start.FullPagesPer,
+			withRatio(p.Work.PerSec, p.Work.Ratios.TasksPerSec, 0), p.Work.CommitsPer,
+			withRatio(p.Work.WALBytesPer, p.Work.Ratios.WALBytes, 0), p.Work.FullPagesPer, p.Work.RowsWrittenPer,
+			meanMs(p.Statements, "pgflow.start_flows"), meanMs(p.Statements, "pgmq.read"),
+			meanMs(p.Statements, "pgflow.start_tasks"), meanMs(p.Statements, "pgflow.complete_tasks"),
+			float64(p.TableBytes)/(1<<20))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range g.Points {
+		if p.PreloadRuns > 0 {
+			fmt.Fprintf(w, "preload: %d history runs in %.1fs (%.0f runs/s); backlog top-up %.1fs; vacuum analyze %.1fs\n",
+				p.PreloadRuns, p.PreloadSeconds, float64(p.PreloadRuns)/p.PreloadSeconds, p.BacklogSeconds, p.VacuumSeconds)
+		}
+	}
+	for _, p := range g.Points {
+		if !p.Checkpointed {
+			fmt.Fprintf(w, "note: no CHECKPOINT before size %d (needs pg_checkpoint or a superuser): its full-page images depend on when the server last checkpointed\n", p.HistoryRuns)
+		}
+	}
+	for _, r := range g.Prune {
+		fmt.Fprintf(w, "prune_data_older_than('%s'): %d of %d runs pruned in %.2fs (%.1f ms per 1000 runs, %.0f WAL B, %.2f full-page images and %.1f rows per run)\n",
+			r.Retention, r.RunsPruned, r.RunsBefore, r.Seconds, r.MsPer1000Runs, r.WALBytesPerRun, r.FullPagesPer, r.RowsPerRun)
+	}
+	if r := g.Reuse; r != nil {
+		fmt.Fprintf(w, "space: tables %.0f MB before pruning, %.0f MB after pruning and vacuum (%.1fs), %.0f MB after loading %d runs again\n",
+			float64(r.BytesBeforePrune)/(1<<20), float64(r.BytesAfterVacuum)/(1<<20), r.VacuumSeconds, float64(r.BytesAfterReload)/(1<<20), r.ReloadedRuns)
+	}
+	if g.PruneNote != "" {
+		fmt.Fprintln(w, "prune:", g.PruneNote)
+	}
+	fmt.Fprintln(w)
+	return nil
+}
+
+// writeTable writes one row per number of worker processes.
+func (s *Scale) writeTable(w io.Writer) error {
+	if s == nil || len(s.Points) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "scaling out (worker processes against one database; one-step burn-down, then idle; tasks/s ×base: per commit of the baseline measured before each point):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "processes\tbase c/s\ttasks/s (×base)\t× 1st\tcommits/task\tWAL B/task\tconns/process busy (max)\tidle\tidle stmts/s/process\tsingle runs\treads/run\tstmts/run\t")
+	first := s.Points[0].TasksPerSec
+	for _, p := range s.Points {
+		fmt.Fprintf(tw, "%d\t%.0f\t%s\t%.2f\t%.3f\t%.0f\t%.1f (%d)\t%.1f\t%.2f\t%d\t%.2f\t%.1f\t\n",
+			p.Processes, p.Baseline.CommitsPerSec, withRatio(p.TasksPerSec, p.Ratios.TasksPerSec, 0), ratio(p.TasksPerSec, first), p.CommitsPer,
+			p.WALBytesPer, p.ConnectionsBusy, p.ConnectionsMax, p.ConnectionsIdle, p.IdleStatementsPerSec,
+			p.TrickleRuns, p.ReadsPerRun, p.StatementsPerRun)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "reads/run: pgmq.read calls of all processes per single started run beyond their idle rate (1 = one process woke; processes = every one did)")
+	fmt.Fprintln(w)
+	return nil
 }

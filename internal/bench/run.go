@@ -53,6 +53,16 @@ func (e *env) run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	switch cfg.Mode {
+	case ModeGrowth:
+		if rep.Growth, err = e.runGrowth(ctx, cfg, progress("growth")); err != nil {
+			return nil, fmt.Errorf("bench: growth: %w", err)
+		}
+	case ModeScaleOut:
+		if rep.Scale, err = e.runScaleOut(ctx, cfg, progress("scale-out")); err != nil {
+			return nil, fmt.Errorf("bench: scale-out: %w", err)
+		}
+	}
 	for _, name := range cfg.Scenarios {
 		var res *Result
 		var err error
@@ -78,7 +88,7 @@ func (e *env) run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		rep.Results = append(rep.Results, *res)
 	}
-	if len(cfg.Scenarios) > 0 {
+	if len(cfg.Scenarios) > 0 || rep.Growth != nil || rep.Scale != nil {
 		after, err := e.runBaseline(ctx, cfg.BaselineDuration, progress("baseline"))
 		if err != nil {
 			return nil, err
@@ -88,6 +98,8 @@ func (e *env) run(ctx context.Context, cfg Config) (*Report, error) {
 	for i := range rep.Results {
 		rep.Results[i].ratios(rep.Baseline)
 	}
+	rep.Growth.ratios(rep.Baseline)
+	rep.Scale.ratios(rep.Baseline)
 	rep.Finished = time.Now()
 	return rep, nil
 }
@@ -140,7 +152,7 @@ func (e *env) startWorkers(ctx context.Context, cfg Config, scenario string, n i
 	return e.startTracedWorkers(ctx, cfg, scenario, n, wcfg, nil)
 }
 
-func (e *env) startTracedWorkers(ctx context.Context, cfg Config, scenario string, n int, wcfg pgflow.WorkerConfig, tracer *statementCounter) (*workerSet, error) {
+func (e *env) startTracedWorkers(ctx context.Context, cfg Config, scenario string, n int, wcfg pgflow.WorkerConfig, tracer pgx.QueryTracer) (*workerSet, error) {
 	ws := &workerSet{done: make(chan error, n), stopNow: cfg.StopNow}
 	if ws.stopNow == nil {
 		ws.stopNow = context.WithoutCancel(ctx)
