@@ -51,7 +51,7 @@ type GrowthPoint struct {
 	Start GrowthPhase `json:"start"`
 	Work  GrowthPhase `json:"work"`
 	// Statements are the client-side mean times of the engine calls of both phases (start_flows; the workers'
-	// pgmq.read, start_tasks, complete_tasks...).
+	// read_and_start_tasks, complete_tasks...).
 	Statements []StatementTime `json:"statements"`
 }
 

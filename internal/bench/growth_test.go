@@ -58,7 +58,7 @@ func TestBenchGrowthMeasuresEverySizeAndPrunes(t *testing.T) {
 		for _, s := range p.Statements {
 			calls[s.Function] = s
 		}
-		for _, f := range []string{"pgflow.start_flows", "pgmq.read", "pgflow.start_tasks", "pgflow.complete_tasks"} {
+		for _, f := range []string{"pgflow.start_flows", "pgflow.read_and_start_tasks", "pgflow.complete_tasks"} {
 			require.Positive(t, calls[f].Calls, "point %d: %s was called and timed", i, f)
 			require.Positive(t, calls[f].MeanMs, "point %d: %s", i, f)
 			require.InDelta(t, calls[f].MeanMs/p.Baseline.LatencyMs, calls[f].RatioToBaseline, 1e-9)

@@ -318,15 +318,15 @@ func (g *Growth) writeTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w, "cost as work grows (one-step flow; start: per run, work: per task; ms: mean client-side time of one call; rates ×base: per commit of the baseline measured before each size):")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "history runs\tqueued\tpreload s\tbase c/s\tstart runs/s (×base)\tWAL B/run (FPI)\ttasks/s (×base)\tcommits/task\tWAL B/task (×base)\tFPI/task\trows/task\tstart_flows ms\tread ms\tstart_tasks ms\tcomplete_tasks ms\ttables MB\t")
+	fmt.Fprintln(tw, "history runs\tqueued\tpreload s\tbase c/s\tstart runs/s (×base)\tWAL B/run (FPI)\ttasks/s (×base)\tcommits/task\tWAL B/task (×base)\tFPI/task\trows/task\tstart_flows ms\tread+claim ms\tcomplete_tasks ms\ttables MB\t")
 	for _, p := range g.Points {
-		fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.0f\t%s\t%.0f (%.2f)\t%s\t%.3f\t%s\t%.2f\t%.1f\t%s\t%s\t%s\t%s\t%.0f\t\n",
+		fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.0f\t%s\t%.0f (%.2f)\t%s\t%.3f\t%s\t%.2f\t%.1f\t%s\t%s\t%s\t%.0f\t\n",
 			p.HistoryRuns, p.QueuedRuns, p.PreloadSeconds, p.Baseline.CommitsPerSec,
 			withRatio(p.Start.PerSec, p.Start.Ratios.RunsPerSec, 0), p.Start.WALBytesPer, p.Start.FullPagesPer,
 			withRatio(p.Work.PerSec, p.Work.Ratios.TasksPerSec, 0), p.Work.CommitsPer,
 			withRatio(p.Work.WALBytesPer, p.Work.Ratios.WALBytes, 0), p.Work.FullPagesPer, p.Work.RowsWrittenPer,
-			meanMs(p.Statements, "pgflow.start_flows"), meanMs(p.Statements, "pgmq.read"),
-			meanMs(p.Statements, "pgflow.start_tasks"), meanMs(p.Statements, "pgflow.complete_tasks"),
+			meanMs(p.Statements, "pgflow.start_flows"), meanMs(p.Statements, "pgflow.read_and_start_tasks"),
+			meanMs(p.Statements, "pgflow.complete_tasks"),
 			float64(p.TableBytes)/(1<<20))
 	}
 	if err := tw.Flush(); err != nil {
@@ -376,7 +376,7 @@ func (s *Scale) writeTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(w, "reads/run: pgmq.read calls of all processes per single started run beyond their idle rate (1 = one process woke; processes = every one did)")
+	fmt.Fprintln(w, "reads/run: queue reads (pgflow.read_and_start_tasks or pgmq.read) of all processes per single started run beyond their idle rate (1 = one process woke; processes = every one did)")
 	fmt.Fprintln(w)
 	return nil
 }

@@ -51,7 +51,7 @@ type ScalePoint struct {
 	// Statements each idle process sent per second (mean over the processes).
 	IdleStatementsPerSec float64 `json:"idle_statements_per_sec_per_process"`
 	// The notification check: TrickleRuns runs started one at a time (each start notifies the queue once);
-	// ReadsPerRun is how many pgmq.read calls all processes together made per started run beyond their idle rate
+	// ReadsPerRun is how many queue reads (queueReads) all processes together made per started run beyond their idle rate
 	// (1 means one process woke per notification, Processes means every process did), StatementsPerRun the same
 	// for all statements.
 	TrickleRuns      int     `json:"trickle_runs"`
@@ -460,11 +460,15 @@ func (e *env) scaleIdle(ctx context.Context, cfg Config, bf *benchFlow, pt *Scal
 	return nil
 }
 
-// sumStats adds up, over the processes, the statements and pgmq.read calls between two readings.
+// sumStats adds up, over the processes, the statements and the queue reads between two readings. A listening
+// worker reads (and claims) with pgflow.read_and_start_tasks, a polling one with pgmq.read_with_poll; pgmq.read is
+// counted too.
 func sumStats(a, b []processStats) (statements, reads int64) {
 	for i := range a {
 		statements += b[i].Statements - a[i].Statements
-		reads += b[i].Calls["pgmq.read"] - a[i].Calls["pgmq.read"]
+		for _, f := range queueReads {
+			reads += b[i].Calls[f] - a[i].Calls[f]
+		}
 	}
 	return statements, reads
 }
@@ -480,3 +484,6 @@ func (s *Scale) ratios(b Baseline) {
 			IdleRequests: ratio(p.IdleStatementsPerSec, p.Baseline.CommitsPerSec)}
 	}
 }
+
+// queueReads are the calls that read a queue.
+var queueReads = []string{"pgflow.read_and_start_tasks", "pgmq.read", "pgmq.read_with_poll"}
