@@ -206,7 +206,7 @@ func (c *Client) start(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowSlug 
 	started, err := startOnce(ctx, db, tx, flowSlug, input, runID)
 	switch {
 	case err == nil:
-		return runFromRow(started), nil
+		return EngineRun(started), nil
 	case runID != "" && sqlapi.IsDuplicateRun(err):
 		// A concurrent start with the same id committed first; it is the run.
 		existing, rerr := sqlapi.GetRunWithStates(ctx, db, runID)
@@ -258,7 +258,7 @@ func existingRun(r *sqlapi.RunWithStates, flowSlug string) (*Run, error) {
 		return nil, fmt.Errorf("pgflow: start run %s of flow %q: the id belongs to a run of flow %q: %w",
 			r.Run.RunID, flowSlug, r.Run.FlowSlug, ErrRunIDConflict)
 	}
-	return runFromRow(r), nil
+	return EngineRun(r), nil
 }
 
 // GetRun reads a run and all its step states in one consistent statement. An unknown id gives an error
@@ -282,7 +282,7 @@ func (c *Client) getRun(ctx context.Context, id string) (*Run, error) {
 	if r == nil {
 		return nil, fmt.Errorf("pgflow: get run %s: %w", id, ErrRunNotFound)
 	}
-	return runFromRow(r), nil
+	return EngineRun(r), nil
 }
 
 // WaitRun waits until the run is completed, failed or cancelled and returns it (a failed or cancelled run is

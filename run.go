@@ -213,8 +213,10 @@ func nullIfEmpty(raw json.RawMessage) json.RawMessage {
 	return raw
 }
 
-// runFromRow converts the database's rendering of a run.
-func runFromRow(r *sqlapi.RunWithStates) *Run {
+// EngineRun converts a run as the engine reads it (pgflow.get_run_with_states) into the Run that Client.GetRun
+// returns. Package pgflowtest uses it, so its runs read exactly like the client's; applications have no need to
+// (its argument type is internal to this module).
+func EngineRun(r *sqlapi.RunWithStates) *Run {
 	run := &Run{
 		ID:             r.Run.RunID,
 		FlowSlug:       r.Run.FlowSlug,

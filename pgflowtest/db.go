@@ -3,7 +3,6 @@ package pgflowtest
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
 	"reflect"
 
@@ -43,57 +42,6 @@ func newUUID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
-// toRun converts the database's rendering of a run (pgflow.get_run_with_states) into a *pgflow.Run exactly as
-// pgflow.Client.GetRun does (TestRunFlowReturnsTheRunAsClientGetRunReadsIt keeps them equal).
-func toRun(r *sqlapi.RunWithStates) *pgflow.Run {
-	run := &pgflow.Run{
-		ID:             r.Run.RunID,
-		FlowSlug:       r.Run.FlowSlug,
-		Status:         pgflow.RunStatus(r.Run.Status),
-		Input:          r.Run.Input,
-		RemainingSteps: r.Run.RemainingSteps,
-		StartedAt:      r.Run.StartedAt,
-		CompletedAt:    r.Run.CompletedAt,
-		FailedAt:       r.Run.FailedAt,
-		Steps:          make([]pgflow.StepState, 0, len(r.Steps)),
-	}
-	if run.Status == pgflow.RunCompleted {
-		run.Output = nullIfEmpty(r.Run.Output)
-	}
-	for _, s := range r.Steps {
-		st := pgflow.StepState{
-			StepSlug:       s.StepSlug,
-			Status:         pgflow.StepStatus(s.Status),
-			RemainingTasks: s.RemainingTasks,
-			RemainingDeps:  s.RemainingDeps,
-			InitialTasks:   s.InitialTasks,
-			CreatedAt:      s.CreatedAt,
-			StartedAt:      s.StartedAt,
-			CompletedAt:    s.CompletedAt,
-			FailedAt:       s.FailedAt,
-			SkippedAt:      s.SkippedAt,
-		}
-		if st.Status == pgflow.StepCompleted {
-			st.Output = nullIfEmpty(s.Output)
-		}
-		if s.ErrorMessage != nil {
-			st.ErrorMessage = *s.ErrorMessage
-		}
-		if s.SkipReason != nil {
-			st.SkipReason = *s.SkipReason
-		}
-		run.Steps = append(run.Steps, st)
-	}
-	return run
-}
-
-func nullIfEmpty(raw json.RawMessage) json.RawMessage {
-	if len(raw) == 0 {
-		return json.RawMessage("null")
-	}
-	return raw
 }
 
 // getRun reads one run; an unknown id is an error wrapping pgflow.ErrRunNotFound.

@@ -146,7 +146,7 @@ func drive(ctx context.Context, db DB, ef *taskrun.Flow, runID string, opts *Run
 	}
 	runID = r.Run.RunID // canonical text
 	if r.Run.Status == string(pgflow.RunCompleted) || r.Run.Status == string(pgflow.RunFailed) {
-		run := toRun(r)
+		run := pgflow.EngineRun(r)
 		return run, run.Err()
 	}
 
@@ -177,7 +177,7 @@ func drive(ctx context.Context, db DB, ef *taskrun.Flow, runID string, opts *Run
 		if r, err = getRun(ctx, db, runID); err != nil {
 			return nil, fmt.Errorf("pgflowtest: flow %q: %w", ef.Slug, err)
 		}
-		run := toRun(r)
+		run := pgflow.EngineRun(r)
 		if run.Status.Terminal() {
 			return run, run.Err()
 		}

@@ -420,3 +420,31 @@ func TestRunFlowRunsAFlowWithPerStepQueues(t *testing.T) {
 		where run_id = $1`, run.ID).Scan(&queues))
 	require.Equal(t, []string{"per_step_run__double", "per_step_run__plus_one"}, queues)
 }
+
+// A run pgflowtest returns reads exactly as Client.GetRun reads it, also the fields of a cancelled run.
+func TestDriveRunReturnsTheRunAsClientGetRunReadsIt(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := t.Context()
+	s := newSumFlow("same_as_client")
+	client, err := pgflow.NewClient(db.Pool, nil)
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+
+	done, err := pgflowtest.RunFlow(ctx, db.Pool, s.f, "1 2 3", nil)
+	require.NoError(t, err)
+	read, err := client.GetRun(ctx, done.ID)
+	require.NoError(t, err)
+	require.Equal(t, read, done)
+
+	started, err := pgflow.StartRun(ctx, client, s.f, "4 5", nil)
+	require.NoError(t, err)
+	_, err = client.CancelRun(ctx, started.ID, &pgflow.CancelRunOpts{Reason: "not needed"})
+	require.NoError(t, err)
+	cancelled, err := pgflowtest.DriveRun(ctx, db.Pool, s.f, started.ID, nil)
+	require.ErrorIs(t, err, pgflow.ErrRunCancelled)
+	require.Equal(t, "not needed", cancelled.CancelReason)
+	read, err = client.GetRun(ctx, started.ID)
+	require.NoError(t, err)
+	require.Equal(t, read, cancelled)
+}

@@ -40,7 +40,7 @@ func StartedRuns(ctx context.Context, db DB, flowSlug string) ([]*pgflow.Run, er
 			if err != nil {
 				return nil, fmt.Errorf("pgflowtest: StartedRuns of flow %q: %w", flowSlug, err)
 			}
-			runs = append(runs, toRun(r))
+			runs = append(runs, pgflow.EngineRun(r))
 		}
 		if len(page) < runsPage {
 			break
