@@ -322,6 +322,8 @@ func argument(t *testing.T, fn, name, ty string, fx fixture) string {
 			return "pg_catalog.now()::pg_catalog." + ty
 		case "interval":
 			return "'1 second'::pg_catalog.interval"
+		case "tid":
+			return "'(0,1)'::pg_catalog.tid" // the first row of a table: the fixture's task is there
 		}
 		t.Fatalf("%s: no test argument for parameter %q of type %s; teach the attack test this type", fn, name, ty)
 		return ""

@@ -17,7 +17,6 @@ declare
   v_queue_name  text;
   v_qtable      text;
   v_read        bigint[];
-  v_rows        tid[];
   v_claimed     tid[];
   v_claimed_ids bigint[];
   v_offsets     integer[];
@@ -51,51 +50,11 @@ begin
     return;
   end if;
 
-  -- The claim, as start_tasks: each id looked up by the unique key (queue_name, message_id), then the rows locked
-  -- (never waiting), re-checked and updated by physical address, so the cost follows the batch, not the backlog.
-  v_rows := array(
-    select t.row_address
-      from unnest(v_read) as m (id)
-      cross join lateral (
-        select t.ctid as row_address
-          from pgflow.step_tasks as t
-         where t.queue_name = v_queue_name
-           and t.message_id = m.id
-         limit 1) as t);
-
-  with candidates as (
-    select l.row_address
-      from unnest(v_rows) as k (row_address)
-      cross join lateral (
-        select t.ctid as row_address
-          from pgflow.step_tasks as t
-         where t.ctid = k.row_address
-           and t.queue_name = v_queue_name
-           and t.message_id = any (v_read)
-           and t.flow_slug = read_and_start_tasks.flow_slug
-           and t.status = 'queued'
-           and (select r.status from pgflow.runs as r where r.run_id = t.run_id) = 'started'
-           and (select ss.status
-                  from pgflow.step_states as ss
-                 where ss.run_id = t.run_id and ss.step_slug = t.step_slug) = 'started'
-           for update of t skip locked) as l
-  ),
-  claimed as (
-    update pgflow.step_tasks as t
-       set status = 'started',
-           attempts_count = t.attempts_count + 1,
-           started_at = now(),
-           last_worker_id = read_and_start_tasks.worker_id
-     where t.ctid = any (array(select c.row_address from candidates as c))
-    returning t.ctid as row_address, t.flow_slug, t.step_slug, t.message_id
-  )
-  select coalesce(array_agg(c.row_address), '{}'),
-         coalesce(array_agg(c.message_id), '{}'),
-         coalesce(array_agg(least(coalesce(s.opt_timeout, f.opt_timeout), 2147483645) + 2), '{}')
+  -- The claim, as start_tasks makes it.
+  select coalesce(array_agg(c.row_address), '{}'), coalesce(array_agg(c.message_id), '{}'),
+         coalesce(array_agg(c.vt_offset), '{}')
     into v_claimed, v_claimed_ids, v_offsets
-    from claimed as c
-    join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
-    join pgflow.flows as f on f.flow_slug = c.flow_slug;
+    from pgflow._claim_tasks(read_and_start_tasks.flow_slug, v_queue_name, v_read, read_and_start_tasks.worker_id) as c;
 
   -- One update per message for the read and the claim together: a claimed message is hidden for its step's
   -- timeout + 2 s (as start_tasks sets it), any other read message for vt seconds (as pgmq.read does); read_ct
@@ -124,38 +83,7 @@ begin
            c.timeout,
            c.max_attempts
       from unnest(v_read) as m (id)
-      left join (
-        select t.message_id,
-               t.flow_slug,
-               t.run_id,
-               t.step_slug,
-               case
-                 when s.step_type = 'map' and s.deps_count = 0 then r.input -> t.task_index
-                 when s.step_type = 'map' then (
-                   select dss.output -> t.task_index
-                     from pgflow.deps as d
-                     join pgflow.step_states as dss on dss.run_id = t.run_id and dss.step_slug = d.dep_slug
-                    where d.flow_slug = t.flow_slug and d.step_slug = t.step_slug
-                    limit 1)
-                 else coalesce(
-                   (select jsonb_object_agg(d.dep_slug, dss.output)
-                      from pgflow.deps as d
-                      join pgflow.step_states as dss on dss.run_id = t.run_id and dss.step_slug = d.dep_slug
-                     where d.flow_slug = t.flow_slug
-                       and d.step_slug = t.step_slug
-                       and dss.status = 'completed'),
-                   '{}'::jsonb)
-               end as input,
-               t.task_index,
-               case when s.step_type = 'single' and s.deps_count = 0 then r.input end as flow_input,
-               t.attempts_count as attempt,
-               coalesce(s.opt_timeout, f.opt_timeout) as timeout,
-               coalesce(s.opt_max_attempts, f.opt_max_attempts) as max_attempts
-          from pgflow.step_tasks as t
-          join pgflow.runs as r on r.run_id = t.run_id
-          join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-          join pgflow.flows as f on f.flow_slug = t.flow_slug
-         where t.ctid = any (v_claimed)) as c on c.message_id = m.id
+      left join pgflow._claimed_task_records(v_claimed) as c on c.message_id = m.id
      order by m.id;
 end;
 $$;
@@ -166,8 +94,8 @@ claims their tasks in one call (v0.20.0): pgmq.read(queue_name, vt, qty) followe
 <the ids read>, worker_id, queue_name), with one row version per message instead of two. It guarantees:
   * the read picks as pgmq.read does: messages visible now, lowest msg_id first, at most qty, skipping messages
     another transaction holds; each message read gets read_ct + 1;
-  * the claim is start_tasks' claim of the ids read: exactly the tasks whose stored identity is (queue_name, one of
-    those ids), that belong to flow_slug, are 'queued', and whose run and step are 'started', become 'started'
+  * the claim is start_tasks' claim of the ids read (both call pgflow._claim_tasks): exactly the tasks whose
+    stored identity is (queue_name, one of those ids), that belong to flow_slug, are 'queued', and whose run and step are 'started', become 'started'
     (attempts_count + 1, started_at now, last_worker_id = worker_id); a task is claimed at most once, and every
     other message's task is left untouched;
   * each message read is updated once: a claimed message becomes invisible for its step's effective timeout + 2 s

@@ -11,9 +11,9 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_queue_name text;
-  v_claimed    tid[] := '{}';
-  v_rows       tid[];
-  v_group      record;
+  v_claimed    tid[];
+  v_ids        bigint[];
+  v_offsets    integer[];
 begin
   if start_tasks.msg_ids is null or cardinality(start_tasks.msg_ids) = 0 then
     return;
@@ -21,96 +21,20 @@ begin
 
   v_queue_name := lower(coalesce(start_tasks.queue_name, pgflow._default_queue_name(start_tasks.flow_slug)));
 
-  -- Every statement below finds rows by key: one unique-index lookup per message id, then the rows themselves by
-  -- physical address. A join of the id set to step_tasks, or a status condition the planner could answer from a
-  -- partial index, lets stale statistics (say, analyzed before a burst of queued tasks) turn the claim into a
-  -- nested loop over every queued task: quadratic, 100 ms per claim of 100 tasks with 5,000 queued.
-  v_rows := array(
-    select t.row_address
-      from (select distinct m.id from unnest(start_tasks.msg_ids) as m (id)) as m
-      cross join lateral (
-        select t.ctid as row_address
-          from pgflow.step_tasks as t
-         where t.queue_name = v_queue_name
-           and t.message_id = m.id
-         limit 1) as t);  -- the key is unique; LIMIT keeps the planner from turning the lookups into a join
-
-  for v_group in
-    -- Re-checked under the row lock (FOR UPDATE SKIP LOCKED: never waits, so no lock order is needed): a row that
-    -- changed since the lookup has a new address and is left to whoever changed it.
-    with candidates as (
-      select l.row_address
-        from unnest(v_rows) as k (row_address)
-        cross join lateral (
-          select t.ctid as row_address
-            from pgflow.step_tasks as t
-           where t.ctid = k.row_address
-             and t.queue_name = v_queue_name
-             and t.message_id = any (start_tasks.msg_ids)
-             and t.flow_slug = start_tasks.flow_slug
-             and t.status = 'queued'
-             and (select r.status from pgflow.runs as r where r.run_id = t.run_id) = 'started'
-             and (select ss.status
-                    from pgflow.step_states as ss
-                   where ss.run_id = t.run_id and ss.step_slug = t.step_slug) = 'started'
-             for update of t skip locked) as l
-    ),
-    claimed as (
-      update pgflow.step_tasks as t
-         set status = 'started',
-             attempts_count = t.attempts_count + 1,
-             started_at = now(),
-             last_worker_id = start_tasks.worker_id
-       where t.ctid = any (array(select c.row_address from candidates as c))
-      returning t.ctid as row_address, t.flow_slug, t.step_slug, t.queue_name, t.message_id
-    )
-    select c.queue_name,
-           array_agg(c.message_id order by c.message_id) as msg_ids,
-           array_agg(least(coalesce(s.opt_timeout, f.opt_timeout), 2147483645) + 2 order by c.message_id) as vt_offsets,
-           array_agg(c.row_address) as row_addresses
-      from claimed as c
-      join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
-      join pgflow.flows as f on f.flow_slug = c.flow_slug
-     group by c.queue_name
-     order by c.queue_name
-  loop
-    perform pgflow.set_vt_batch(v_group.queue_name, v_group.msg_ids, v_group.vt_offsets);
-    v_claimed := v_claimed || v_group.row_addresses;
-  end loop;
-
-  if cardinality(v_claimed) = 0 then
+  select array_agg(c.row_address), array_agg(c.message_id order by c.message_id),
+         array_agg(c.vt_offset order by c.message_id)
+    into v_claimed, v_ids, v_offsets
+    from pgflow._claim_tasks(start_tasks.flow_slug, v_queue_name, start_tasks.msg_ids, start_tasks.worker_id) as c;
+  if v_claimed is null then
     return;
   end if;
 
+  perform pgflow.set_vt_batch(v_queue_name, v_ids, v_offsets);
+
   return query
-    select t.flow_slug,
-           t.run_id,
-           t.step_slug,
-           case
-             when s.step_type = 'map' and s.deps_count = 0 then r.input -> t.task_index
-             when s.step_type = 'map' then (
-               select dss.output -> t.task_index
-                 from pgflow.deps as d
-                 join pgflow.step_states as dss on dss.run_id = t.run_id and dss.step_slug = d.dep_slug
-                where d.flow_slug = t.flow_slug and d.step_slug = t.step_slug
-                limit 1)
-             else coalesce(
-               (select jsonb_object_agg(d.dep_slug, dss.output)
-                  from pgflow.deps as d
-                  join pgflow.step_states as dss on dss.run_id = t.run_id and dss.step_slug = d.dep_slug
-                 where d.flow_slug = t.flow_slug
-                   and d.step_slug = t.step_slug
-                   and dss.status = 'completed'),
-               '{}'::jsonb)
-           end,
-           t.message_id,
-           t.task_index,
-           case when s.step_type = 'single' and s.deps_count = 0 then r.input end
-      from pgflow.step_tasks as t
-      join pgflow.runs as r on r.run_id = t.run_id
-      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-     where t.ctid = any (v_claimed)
-     order by t.message_id;
+    select r.flow_slug, r.run_id, r.step_slug, r.input, r.message_id, r.task_index, r.flow_input
+      from pgflow._claimed_task_records(v_claimed) as r
+     order by r.message_id;
 end;
 $$;
 
@@ -128,11 +52,12 @@ pgflow.start_tasks(flow_slug, msg_ids, worker_id, queue_name) guarantees (phase 
     queue: no row changes, no message is archived, deleted or made visible earlier or later;
   * a task is claimed at most once: rows are locked with FOR UPDATE SKIP LOCKED and re-checked, so of two
     concurrent calls naming the same ids each task goes to one caller only, and only rows this call actually
-    claimed are returned. No PGMQ row is locked;
+    claimed are returned. No PGMQ row is locked. (The claim is pgflow._claim_tasks, shared with
+    read_and_start_tasks; the returned columns come from pgflow._claimed_task_records.);
   * every claimed message's visibility is set to the effective step timeout (steps.opt_timeout, else
     flows.opt_timeout) + 2 seconds from now, at most 2147483647 s (a timeout near the integer limit cannot make
-    the claim fail with "integer out of range", as in v0.17.0), in the queue the task stored (one set_vt_batch
-    call per queue);
+    the claim fail with "integer out of range", as in v0.17.0), in the queue the task stored, which is queue_name
+    (one set_vt_batch call);
   * returns one step_task_record per claimed task, ordered by msg_id: input = the element task_index of the run
     input (root map), of the dependency's stored output (dependent map), or {<dep_slug>: <output>} over the
     completed dependencies ({} for root steps); flow_input = the run input for single steps without

@@ -3176,6 +3176,209 @@ create type pgflow.read_task_record as (
   max_attempts int
 );
 
+-- generated from sql/core: 0095_function__claim_tasks.sql
+create or replace function pgflow._claim_tasks(p_flow_slug text, p_queue_name text, p_msg_ids bigint[], p_worker_id uuid)
+returns table (row_address tid, message_id bigint, vt_offset integer)
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_rows tid[];
+begin
+  -- Every statement below finds rows by key: one unique-index lookup per message id, then the rows themselves by
+  -- physical address. A join of the id set to step_tasks, or a status condition the planner could answer from a
+  -- partial index, lets stale statistics (say, analyzed before a burst of queued tasks) turn the claim into a
+  -- nested loop over every queued task: quadratic, 100 ms per claim of 100 tasks with 5,000 queued.
+  v_rows := array(
+    select t.row_address
+      from (select distinct m.id from unnest(p_msg_ids) as m (id)) as m
+      cross join lateral (
+        select t.ctid as row_address
+          from pgflow.step_tasks as t
+         where t.queue_name = p_queue_name
+           and t.message_id = m.id
+         limit 1) as t);  -- the key is unique; LIMIT keeps the planner from turning the lookups into a join
+
+  return query
+    -- Re-checked under the row lock (FOR UPDATE SKIP LOCKED: never waits, so no lock order is needed): a row that
+    -- changed since the lookup has a new address and is left to whoever changed it.
+    with candidates as (
+      select l.row_address
+        from unnest(v_rows) as k (row_address)
+        cross join lateral (
+          select t.ctid as row_address
+            from pgflow.step_tasks as t
+           where t.ctid = k.row_address
+             and t.queue_name = p_queue_name
+             and t.message_id = any (p_msg_ids)
+             and t.flow_slug = p_flow_slug
+             and t.status = 'queued'
+             and (select r.status from pgflow.runs as r where r.run_id = t.run_id) = 'started'
+             and (select ss.status
+                    from pgflow.step_states as ss
+                   where ss.run_id = t.run_id and ss.step_slug = t.step_slug) = 'started'
+             for update of t skip locked) as l
+    ),
+    claimed as (
+      update pgflow.step_tasks as t
+         set status = 'started',
+             attempts_count = t.attempts_count + 1,
+             started_at = now(),
+             last_worker_id = p_worker_id
+       where t.ctid = any (array(select c.row_address from candidates as c))
+      returning t.ctid as row_address, t.flow_slug, t.step_slug, t.message_id
+    )
+    select c.row_address,
+           c.message_id,
+           least(coalesce(s.opt_timeout, f.opt_timeout), 2147483645) + 2
+      from claimed as c
+      join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
+      join pgflow.flows as f on f.flow_slug = c.flow_slug;
+end;
+$$;
+
+comment on function pgflow._claim_tasks(p_flow_slug text, p_queue_name text, p_msg_ids bigint[], p_worker_id uuid) is $doc$
+pgflow._claim_tasks(p_flow_slug, p_queue_name, p_msg_ids, p_worker_id) guarantees (v0.20.0): the claim of
+start_tasks and read_and_start_tasks, defined once. It claims exactly the tasks whose stored identity
+(step_tasks.queue_name, message_id) is (p_queue_name, one of p_msg_ids) - p_queue_name in its canonical lower
+case -, that belong to p_flow_slug, are 'queued', and whose run and step are 'started': each becomes 'started'
+(attempts_count + 1, started_at now, last_worker_id = p_worker_id). Every other task is left untouched. A task is
+claimed at most once: rows are locked with FOR UPDATE SKIP LOCKED and re-checked, so of two concurrent calls each
+task goes to one caller only. No PGMQ row is read or changed here. Returns one row per claimed task: its physical
+address (valid until the caller's transaction ends), its message id and the visibility its message needs, the
+effective step timeout + 2 seconds (at most 2147483647). Its cost grows with the number of ids only: each id is
+looked up by the unique key, each row locked and updated by its address.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0095_function__claimed_task_records.sql
+create or replace function pgflow._claimed_task_records(p_rows tid[])
+returns table (flow_slug text, run_id uuid, step_slug text, input jsonb, message_id bigint, task_index integer,
+               flow_input jsonb, attempt integer, timeout integer, max_attempts integer)
+language plpgsql
+stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  return query
+    select t.flow_slug,
+           t.run_id,
+           t.step_slug,
+           case
+             when s.step_type = 'map' and s.deps_count = 0 then r.input -> t.task_index
+             when s.step_type = 'map' then (
+               select dss.output -> t.task_index
+                 from pgflow.deps as d
+                 join pgflow.step_states as dss on dss.run_id = t.run_id and dss.step_slug = d.dep_slug
+                where d.flow_slug = t.flow_slug and d.step_slug = t.step_slug
+                limit 1)
+             else coalesce(
+               (select jsonb_object_agg(d.dep_slug, dss.output)
+                  from pgflow.deps as d
+                  join pgflow.step_states as dss on dss.run_id = t.run_id and dss.step_slug = d.dep_slug
+                 where d.flow_slug = t.flow_slug
+                   and d.step_slug = t.step_slug
+                   and dss.status = 'completed'),
+               '{}'::jsonb)
+           end,
+           t.message_id,
+           t.task_index,
+           case when s.step_type = 'single' and s.deps_count = 0 then r.input end,
+           t.attempts_count,
+           coalesce(s.opt_timeout, f.opt_timeout),
+           coalesce(s.opt_max_attempts, f.opt_max_attempts)
+      from pgflow.step_tasks as t
+      join pgflow.runs as r on r.run_id = t.run_id
+      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+      join pgflow.flows as f on f.flow_slug = t.flow_slug
+     where t.ctid = any (p_rows)
+     order by t.message_id;
+end;
+$$;
+
+comment on function pgflow._claimed_task_records(p_rows tid[]) is $doc$
+pgflow._claimed_task_records(p_rows) guarantees (v0.20.0): what a worker needs to run each task at the given
+physical addresses (as pgflow._claim_tasks returned them, in the same transaction), ordered by message id:
+flow_slug, run_id, step_slug, input = the element task_index of the run input (root map), of the dependency's
+stored output (dependent map), or {<dep_slug>: <output>} over the completed dependencies ({} for root steps);
+message_id, task_index; flow_input = the run input for single steps without dependencies, NULL otherwise; attempt
+(attempts_count), timeout and max_attempts (the step's, else the flow's). Read-only.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_start_tasks.sql
+create or replace function pgflow.start_tasks(
+  flow_slug  text,
+  msg_ids    bigint[],
+  worker_id  uuid,
+  queue_name text default null
+)
+returns setof pgflow.step_task_record
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_queue_name text;
+  v_claimed    tid[];
+  v_ids        bigint[];
+  v_offsets    integer[];
+begin
+  if start_tasks.msg_ids is null or cardinality(start_tasks.msg_ids) = 0 then
+    return;
+  end if;
+
+  v_queue_name := lower(coalesce(start_tasks.queue_name, pgflow._default_queue_name(start_tasks.flow_slug)));
+
+  select array_agg(c.row_address), array_agg(c.message_id order by c.message_id),
+         array_agg(c.vt_offset order by c.message_id)
+    into v_claimed, v_ids, v_offsets
+    from pgflow._claim_tasks(start_tasks.flow_slug, v_queue_name, start_tasks.msg_ids, start_tasks.worker_id) as c;
+  if v_claimed is null then
+    return;
+  end if;
+
+  perform pgflow.set_vt_batch(v_queue_name, v_ids, v_offsets);
+
+  return query
+    select r.flow_slug, r.run_id, r.step_slug, r.input, r.message_id, r.task_index, r.flow_input
+      from pgflow._claimed_task_records(v_claimed) as r
+     order by r.message_id;
+end;
+$$;
+
+comment on function pgflow.start_tasks(flow_slug text, msg_ids bigint[], worker_id uuid, queue_name text) is $doc$
+pgflow.start_tasks(flow_slug, msg_ids, worker_id, queue_name) guarantees (phase 2 of polling, after pgmq.read*):
+  * queue_name is the queue the worker actually read msg_ids from; NULL (a v0.16.0 worker calling with three
+    arguments) means the flow's default queue, pgflow._default_queue_name(flow_slug). It is compared in lower
+    case, the canonical form tasks store;
+  * claims exactly the tasks whose stored identity (step_tasks.queue_name, message_id) is (that queue, one of
+    msg_ids), that belong to flow_slug, are 'queued', and whose run and step are 'started'; each claimed task
+    becomes 'started' (attempts_count + 1, started_at now, last_worker_id = worker_id, which must be a row of
+    pgflow.workers). The message body is never read: it does not authorise a claim;
+  * everything else named in msg_ids is left untouched - a task that is already started (not claimed again, no
+    attempt consumed), terminal or otherwise ineligible, a task of another flow, or an id no task has in that
+    queue: no row changes, no message is archived, deleted or made visible earlier or later;
+  * a task is claimed at most once: rows are locked with FOR UPDATE SKIP LOCKED and re-checked, so of two
+    concurrent calls naming the same ids each task goes to one caller only, and only rows this call actually
+    claimed are returned. No PGMQ row is locked. (The claim is pgflow._claim_tasks, shared with
+    read_and_start_tasks; the returned columns come from pgflow._claimed_task_records.);
+  * every claimed message's visibility is set to the effective step timeout (steps.opt_timeout, else
+    flows.opt_timeout) + 2 seconds from now, at most 2147483647 s (a timeout near the integer limit cannot make
+    the claim fail with "integer out of range", as in v0.17.0), in the queue the task stored, which is queue_name
+    (one set_vt_batch call);
+  * returns one step_task_record per claimed task, ordered by msg_id: input = the element task_index of the run
+    input (root map), of the dependency's stored output (dependent map), or {<dep_slug>: <output>} over the
+    completed dependencies ({} for root steps); flow_input = the run input for single steps without
+    dependencies, NULL otherwise;
+  * the cost of a claim grows with the number of msg_ids only, never with the number of queued tasks, whatever the
+    planner's statistics say: each id is looked up by the unique key (queue_name, message_id) and each row is then
+    locked and updated by its physical address (since v0.19.0; stale statistics made v0.18.0 quadratic);
+  * NULL or empty msg_ids claim nothing and return nothing.
+$doc$;
+-- end generated
+
 -- generated from sql/core: 0100_function_read_and_start_tasks.sql
 create or replace function pgflow.read_and_start_tasks(
   flow_slug  text,
@@ -3196,7 +3399,6 @@ declare
   v_queue_name  text;
   v_qtable      text;
   v_read        bigint[];
-  v_rows        tid[];
   v_claimed     tid[];
   v_claimed_ids bigint[];
   v_offsets     integer[];
@@ -3230,51 +3432,11 @@ begin
     return;
   end if;
 
-  -- The claim, as start_tasks: each id looked up by the unique key (queue_name, message_id), then the rows locked
-  -- (never waiting), re-checked and updated by physical address, so the cost follows the batch, not the backlog.
-  v_rows := array(
-    select t.row_address
-      from unnest(v_read) as m (id)
-      cross join lateral (
-        select t.ctid as row_address
-          from pgflow.step_tasks as t
-         where t.queue_name = v_queue_name
-           and t.message_id = m.id
-         limit 1) as t);
-
-  with candidates as (
-    select l.row_address
-      from unnest(v_rows) as k (row_address)
-      cross join lateral (
-        select t.ctid as row_address
-          from pgflow.step_tasks as t
-         where t.ctid = k.row_address
-           and t.queue_name = v_queue_name
-           and t.message_id = any (v_read)
-           and t.flow_slug = read_and_start_tasks.flow_slug
-           and t.status = 'queued'
-           and (select r.status from pgflow.runs as r where r.run_id = t.run_id) = 'started'
-           and (select ss.status
-                  from pgflow.step_states as ss
-                 where ss.run_id = t.run_id and ss.step_slug = t.step_slug) = 'started'
-           for update of t skip locked) as l
-  ),
-  claimed as (
-    update pgflow.step_tasks as t
-       set status = 'started',
-           attempts_count = t.attempts_count + 1,
-           started_at = now(),
-           last_worker_id = read_and_start_tasks.worker_id
-     where t.ctid = any (array(select c.row_address from candidates as c))
-    returning t.ctid as row_address, t.flow_slug, t.step_slug, t.message_id
-  )
-  select coalesce(array_agg(c.row_address), '{}'),
-         coalesce(array_agg(c.message_id), '{}'),
-         coalesce(array_agg(least(coalesce(s.opt_timeout, f.opt_timeout), 2147483645) + 2), '{}')
+  -- The claim, as start_tasks makes it.
+  select coalesce(array_agg(c.row_address), '{}'), coalesce(array_agg(c.message_id), '{}'),
+         coalesce(array_agg(c.vt_offset), '{}')
     into v_claimed, v_claimed_ids, v_offsets
-    from claimed as c
-    join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
-    join pgflow.flows as f on f.flow_slug = c.flow_slug;
+    from pgflow._claim_tasks(read_and_start_tasks.flow_slug, v_queue_name, v_read, read_and_start_tasks.worker_id) as c;
 
   -- One update per message for the read and the claim together: a claimed message is hidden for its step's
   -- timeout + 2 s (as start_tasks sets it), any other read message for vt seconds (as pgmq.read does); read_ct
@@ -3303,38 +3465,7 @@ begin
            c.timeout,
            c.max_attempts
       from unnest(v_read) as m (id)
-      left join (
-        select t.message_id,
-               t.flow_slug,
-               t.run_id,
-               t.step_slug,
-               case
-                 when s.step_type = 'map' and s.deps_count = 0 then r.input -> t.task_index
-                 when s.step_type = 'map' then (
-                   select dss.output -> t.task_index
-                     from pgflow.deps as d
-                     join pgflow.step_states as dss on dss.run_id = t.run_id and dss.step_slug = d.dep_slug
-                    where d.flow_slug = t.flow_slug and d.step_slug = t.step_slug
-                    limit 1)
-                 else coalesce(
-                   (select jsonb_object_agg(d.dep_slug, dss.output)
-                      from pgflow.deps as d
-                      join pgflow.step_states as dss on dss.run_id = t.run_id and dss.step_slug = d.dep_slug
-                     where d.flow_slug = t.flow_slug
-                       and d.step_slug = t.step_slug
-                       and dss.status = 'completed'),
-                   '{}'::jsonb)
-               end as input,
-               t.task_index,
-               case when s.step_type = 'single' and s.deps_count = 0 then r.input end as flow_input,
-               t.attempts_count as attempt,
-               coalesce(s.opt_timeout, f.opt_timeout) as timeout,
-               coalesce(s.opt_max_attempts, f.opt_max_attempts) as max_attempts
-          from pgflow.step_tasks as t
-          join pgflow.runs as r on r.run_id = t.run_id
-          join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-          join pgflow.flows as f on f.flow_slug = t.flow_slug
-         where t.ctid = any (v_claimed)) as c on c.message_id = m.id
+      left join pgflow._claimed_task_records(v_claimed) as c on c.message_id = m.id
      order by m.id;
 end;
 $$;
@@ -3345,8 +3476,8 @@ claims their tasks in one call (v0.20.0): pgmq.read(queue_name, vt, qty) followe
 <the ids read>, worker_id, queue_name), with one row version per message instead of two. It guarantees:
   * the read picks as pgmq.read does: messages visible now, lowest msg_id first, at most qty, skipping messages
     another transaction holds; each message read gets read_ct + 1;
-  * the claim is start_tasks' claim of the ids read: exactly the tasks whose stored identity is (queue_name, one of
-    those ids), that belong to flow_slug, are 'queued', and whose run and step are 'started', become 'started'
+  * the claim is start_tasks' claim of the ids read (both call pgflow._claim_tasks): exactly the tasks whose
+    stored identity is (queue_name, one of those ids), that belong to flow_slug, are 'queued', and whose run and step are 'started', become 'started'
     (attempts_count + 1, started_at now, last_worker_id = worker_id); a task is claimed at most once, and every
     other message's task is left untouched;
   * each message read is updated once: a claimed message becomes invisible for its step's effective timeout + 2 s
@@ -3383,7 +3514,8 @@ begin
        and a.grantee <> 0
        and a.grantee <> p.proowner
   loop
-    execute format('grant execute on function pgflow.read_and_start_tasks(text, text, uuid, integer, integer) to %s',
+    execute format('grant execute on function pgflow.read_and_start_tasks(text, text, uuid, integer, integer), '
+                   'pgflow._claim_tasks(text, text, bigint[], uuid), pgflow._claimed_task_records(tid[]) to %s',
       v_grantee);
   end loop;
 end;
@@ -3923,34 +4055,6 @@ transaction). It guarantees:
     runs.input - the call is atomic: all runs start or none;
   * waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow;
   * returns the run rows as they are at the end, in the order of inputs; NULL or empty inputs start nothing.
-$doc$;
-comment on function pgflow.start_tasks(flow_slug text, msg_ids bigint[], worker_id uuid, queue_name text) is $doc$
-pgflow.start_tasks(flow_slug, msg_ids, worker_id, queue_name) guarantees (phase 2 of polling, after pgmq.read*):
-  * queue_name is the queue the worker actually read msg_ids from; NULL (a v0.16.0 worker calling with three
-    arguments) means the flow's default queue, pgflow._default_queue_name(flow_slug). It is compared in lower
-    case, the canonical form tasks store;
-  * claims exactly the tasks whose stored identity (step_tasks.queue_name, message_id) is (that queue, one of
-    msg_ids), that belong to flow_slug, are 'queued', and whose run and step are 'started'; each claimed task
-    becomes 'started' (attempts_count + 1, started_at now, last_worker_id = worker_id, which must be a row of
-    pgflow.workers). The message body is never read: it does not authorise a claim;
-  * everything else named in msg_ids is left untouched - a task that is already started (not claimed again, no
-    attempt consumed), terminal or otherwise ineligible, a task of another flow, or an id no task has in that
-    queue: no row changes, no message is archived, deleted or made visible earlier or later;
-  * a task is claimed at most once: rows are locked with FOR UPDATE SKIP LOCKED and re-checked, so of two
-    concurrent calls naming the same ids each task goes to one caller only, and only rows this call actually
-    claimed are returned. No PGMQ row is locked;
-  * every claimed message's visibility is set to the effective step timeout (steps.opt_timeout, else
-    flows.opt_timeout) + 2 seconds from now, at most 2147483647 s (a timeout near the integer limit cannot make
-    the claim fail with "integer out of range", as in v0.17.0), in the queue the task stored (one set_vt_batch
-    call per queue);
-  * returns one step_task_record per claimed task, ordered by msg_id: input = the element task_index of the run
-    input (root map), of the dependency's stored output (dependent map), or {<dep_slug>: <output>} over the
-    completed dependencies ({} for root steps); flow_input = the run input for single steps without
-    dependencies, NULL otherwise;
-  * the cost of a claim grows with the number of msg_ids only, never with the number of queued tasks, whatever the
-    planner's statistics say: each id is looked up by the unique key (queue_name, message_id) and each row is then
-    locked and updated by its physical address (since v0.19.0; stale statistics made v0.18.0 quadratic);
-  * NULL or empty msg_ids claim nothing and return nothing.
 $doc$;
 comment on function pgflow.track_worker_function(function_name text) is $doc$
 pgflow.track_worker_function(function_name) guarantees: a worker_functions row for function_name exists
