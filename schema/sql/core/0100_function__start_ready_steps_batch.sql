@@ -122,12 +122,7 @@ begin
     -- Wake the workers waiting on this queue (one notification per queue and transaction: PostgreSQL folds
     -- identical notifications of one transaction). Delayed messages: tell them when the messages become visible,
     -- one announcement per (queue, delay) group.
-    if v_group.start_delay = 0 then
-      perform pg_notify('pgflow:queue:' || v_group.queue_name, '');
-    else
-      perform pgflow._notify_queue_visible_at(v_group.queue_name,
-                                              clock_timestamp() + make_interval(secs => v_group.start_delay));
-    end if;
+    perform pgflow._wake_queue(v_group.queue_name, v_group.start_delay);
   end loop;
 end;
 $$;
@@ -147,7 +142,7 @@ exactly what pgflow.start_ready_steps(run_id) guarantees, done set-based:
     index); no queue is created here (no DDL);
   * after sending undelayed messages to a queue, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers
     listening for that queue (at commit; folded into one notification per queue and transaction); after sending
-    delayed ones, pgflow._notify_queue_visible_at announces when they become visible, one {"visible_at": ...} per
+    delayed ones, pgflow._wake_queue (pgflow._notify_queue_visible_at) announces when they become visible, one {"visible_at": ...} per
     queue and delay (v0.20.0);
   * steps with initial_tasks NULL or 0 are never started here, and conditions are not evaluated here (as in
     start_ready_steps);

@@ -223,12 +223,7 @@ begin
      where t.run_id = v_run.run_id
        and t.step_slug = x.slug
        and t.task_index = x.idx;
-    if v_group.start_delay = 0 then
-      perform pg_notify('pgflow:queue:' || v_group.queue_name, '');
-    else
-      perform pgflow._notify_queue_visible_at(v_group.queue_name,
-                                              clock_timestamp() + make_interval(secs => v_group.start_delay));
-    end if;
+    perform pgflow._wake_queue(v_group.queue_name, v_group.start_delay);
   end loop;
 
   -- Everything else follows the ordinary path: conditions of ready steps, taskless steps, ready steps start,

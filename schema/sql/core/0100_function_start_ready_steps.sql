@@ -77,12 +77,7 @@ begin
       from unnest(v_queues, v_delays) as x (queue_name, delay)
      order by x.queue_name, x.delay
   loop
-    if v_step.delay = 0 then
-      perform pg_notify('pgflow:queue:' || v_step.queue_name, '');
-    else
-      perform pgflow._notify_queue_visible_at(v_step.queue_name,
-                                              clock_timestamp() + make_interval(secs => v_step.delay));
-    end if;
+    perform pgflow._wake_queue(v_step.queue_name, v_step.delay);
   end loop;
 end;
 $$;
@@ -98,7 +93,7 @@ pgflow.start_ready_steps(run_id) guarantees:
     row per message is written with its message_id and that same queue_name (task_index 0 .. initial_tasks-1,
     paired with the message carrying that index); no queue is created here (no DDL);
   * after sending undelayed messages, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers listening for
-    that queue (since v0.18.0); after sending delayed ones, pgflow._notify_queue_visible_at tells them when they
+    that queue (since v0.18.0); after sending delayed ones, pgflow._wake_queue tells them when they
     become visible ({"visible_at": ...}, one per queue and distinct delay; v0.20.0);
   * steps with initial_tasks NULL (dependent maps whose parent has not completed) or 0 (taskless, completed by
     cascade_complete_taskless_steps) are never started here. Conditions are not evaluated here: callers resolve

@@ -592,6 +592,34 @@ Notifications go out at commit (none on rollback). Callers announce times in the
 $doc$;
 -- end generated
 
+-- generated from sql/core: 0095_function__wake_queue.sql
+create or replace function pgflow._wake_queue(queue_name text, delay_seconds integer)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if coalesce(_wake_queue.delay_seconds, 0) <= 0 then
+    perform pg_catalog.pg_notify('pgflow:queue:' || _wake_queue.queue_name, '');
+  else
+    perform pgflow._notify_queue_visible_at(_wake_queue.queue_name,
+                                            clock_timestamp() + make_interval(secs => _wake_queue.delay_seconds));
+  end if;
+end;
+$$;
+
+comment on function pgflow._wake_queue(queue_name text, delay_seconds integer) is $doc$
+pgflow._wake_queue(queue_name, delay_seconds) guarantees (v0.20.0): tells the workers listening on
+'pgflow:queue:<queue_name>' that messages were just sent to that queue (or made visible again) with the given
+delay: payload '' (read now) for a delay of 0 or less or NULL, else pgflow._notify_queue_visible_at with
+clock_timestamp() + delay, which is never earlier than the visibility the messages got a moment before. The
+functions that send task messages (start_ready_steps, _start_ready_steps_batch, retry_run) wake workers through
+it; fail_task announces its message's exact retry time itself. Notifications go out at commit; PostgreSQL folds
+identical ones of a transaction.
+$doc$;
+-- end generated
+
 -- generated from sql/core: 0100_function__create_flow_from_shape.sql
 create or replace function pgflow._create_flow_from_shape(p_flow_slug text, p_shape jsonb, p_queue_mode text default null)
 returns void
@@ -899,12 +927,7 @@ begin
     -- Wake the workers waiting on this queue (one notification per queue and transaction: PostgreSQL folds
     -- identical notifications of one transaction). Delayed messages: tell them when the messages become visible,
     -- one announcement per (queue, delay) group.
-    if v_group.start_delay = 0 then
-      perform pg_notify('pgflow:queue:' || v_group.queue_name, '');
-    else
-      perform pgflow._notify_queue_visible_at(v_group.queue_name,
-                                              clock_timestamp() + make_interval(secs => v_group.start_delay));
-    end if;
+    perform pgflow._wake_queue(v_group.queue_name, v_group.start_delay);
   end loop;
 end;
 $$;
@@ -924,7 +947,7 @@ exactly what pgflow.start_ready_steps(run_id) guarantees, done set-based:
     index); no queue is created here (no DDL);
   * after sending undelayed messages to a queue, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers
     listening for that queue (at commit; folded into one notification per queue and transaction); after sending
-    delayed ones, pgflow._notify_queue_visible_at announces when they become visible, one {"visible_at": ...} per
+    delayed ones, pgflow._wake_queue (pgflow._notify_queue_visible_at) announces when they become visible, one {"visible_at": ...} per
     queue and delay (v0.20.0);
   * steps with initial_tasks NULL or 0 are never started here, and conditions are not evaluated here (as in
     start_ready_steps);
@@ -2896,12 +2919,7 @@ begin
      where t.run_id = v_run.run_id
        and t.step_slug = x.slug
        and t.task_index = x.idx;
-    if v_group.start_delay = 0 then
-      perform pg_notify('pgflow:queue:' || v_group.queue_name, '');
-    else
-      perform pgflow._notify_queue_visible_at(v_group.queue_name,
-                                              clock_timestamp() + make_interval(secs => v_group.start_delay));
-    end if;
+    perform pgflow._wake_queue(v_group.queue_name, v_group.start_delay);
   end loop;
 
   -- Everything else follows the ordinary path: conditions of ready steps, taskless steps, ready steps start,
@@ -3031,12 +3049,7 @@ begin
       from unnest(v_queues, v_delays) as x (queue_name, delay)
      order by x.queue_name, x.delay
   loop
-    if v_step.delay = 0 then
-      perform pg_notify('pgflow:queue:' || v_step.queue_name, '');
-    else
-      perform pgflow._notify_queue_visible_at(v_step.queue_name,
-                                              clock_timestamp() + make_interval(secs => v_step.delay));
-    end if;
+    perform pgflow._wake_queue(v_step.queue_name, v_step.delay);
   end loop;
 end;
 $$;
@@ -3052,7 +3065,7 @@ pgflow.start_ready_steps(run_id) guarantees:
     row per message is written with its message_id and that same queue_name (task_index 0 .. initial_tasks-1,
     paired with the message carrying that index); no queue is created here (no DDL);
   * after sending undelayed messages, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers listening for
-    that queue (since v0.18.0); after sending delayed ones, pgflow._notify_queue_visible_at tells them when they
+    that queue (since v0.18.0); after sending delayed ones, pgflow._wake_queue tells them when they
     become visible ({"visible_at": ...}, one per queue and distinct delay; v0.20.0);
   * steps with initial_tasks NULL (dependent maps whose parent has not completed) or 0 (taskless, completed by
     cascade_complete_taskless_steps) are never started here. Conditions are not evaluated here: callers resolve
