@@ -28,6 +28,8 @@ type Baseline struct {
 	CommitsPerTx  float64 `json:"commits_per_tx"`      // from pg_stat_database (1 plus monitoring noise)
 	WALBytesPerTx float64 `json:"wal_bytes_per_tx"`    // pg_current_wal_insert_lsn delta per transaction
 	RowsPerTx     float64 `json:"rows_written_per_tx"` // pg_stat_user_tables delta per transaction (2)
+	// ServerCPUMicrosPerTx is the server's CPU time per transaction (0 when the server is not on this machine).
+	ServerCPUMicrosPerTx float64 `json:"server_cpu_us_per_tx,omitempty"`
 	// The baseline is measured before and after the scenarios; the figures above combine both measurements
 	// (transactions and time added up), so a machine whose speed drifts during the run is averaged.
 	CommitsPerSecBefore float64 `json:"commits_per_sec_before,omitempty"`
@@ -45,6 +47,7 @@ func (b Baseline) combine(after Baseline) Baseline {
 	c.CommitsPerTx = avg(b.CommitsPerTx, after.CommitsPerTx)
 	c.WALBytesPerTx = avg(b.WALBytesPerTx, after.WALBytesPerTx)
 	c.RowsPerTx = avg(b.RowsPerTx, after.RowsPerTx)
+	c.ServerCPUMicrosPerTx = avg(b.ServerCPUMicrosPerTx, after.ServerCPUMicrosPerTx)
 	return c
 }
 
@@ -96,6 +99,7 @@ func (e *env) runBaseline(ctx context.Context, d time.Duration, progress func(Pr
 	b.CommitsPerTx = float64(dl.commits) / float64(n)
 	b.WALBytesPerTx = float64(dl.walBytes) / float64(n)
 	b.RowsPerTx = float64(dl.rows) / float64(n)
+	b.ServerCPUMicrosPerTx = float64(dl.cpu.Microseconds()) / float64(n)
 	if _, err := e.mon.Exec(ctx, `drop table `+baselineTable); err != nil {
 		return b, fmt.Errorf("bench: drop the baseline table: %w", err)
 	}

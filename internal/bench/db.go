@@ -38,6 +38,7 @@ type env struct {
 
 	monQueries atomic.Int64 // monitoring transactions during a measured phase, subtracted from its commits
 	statWAL    bool         // the server has pg_stat_wal (PostgreSQL 14+): full-page images are counted
+	postmaster int          // the server's process id when it runs on this machine (its CPU time is read), else 0
 }
 
 // openEnv starts a durable throwaway cluster (or connects to url), creates the benchmark database and installs
@@ -83,6 +84,7 @@ func openEnv(ctx context.Context, url string) (*env, error) {
 		e.close()
 		return nil, fmt.Errorf("bench: read the server version: %w", err)
 	}
+	e.postmaster = e.findPostmaster(ctx)
 	return e, nil
 }
 
@@ -157,10 +159,11 @@ func (c *statementCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBa
 
 // counters are the database-wide cost counters at one moment.
 type counters struct {
-	commits int64  // pg_stat_database.xact_commit of the benchmark database
-	wal     uint64 // pg_current_wal_insert_lsn() as a byte position (WAL written or not yet written: all generated)
-	rows    int64  // rows inserted, updated and deleted in the database's tables (pg_stat_user_tables)
-	fpi     int64  // full-page images written to the WAL, whole server (pg_stat_wal.wal_fpi; 0 before PostgreSQL 14)
+	commits int64         // pg_stat_database.xact_commit of the benchmark database
+	wal     uint64        // pg_current_wal_insert_lsn() as a byte position (WAL written or not yet written: all generated)
+	rows    int64         // rows inserted, updated and deleted in the database's tables (pg_stat_user_tables)
+	fpi     int64         // full-page images written to the WAL, whole server (pg_stat_wal.wal_fpi; 0 before PostgreSQL 14)
+	cpu     time.Duration // the server's CPU time so far, every process of it (0 when the server is not local)
 	at      time.Time
 }
 
@@ -184,6 +187,9 @@ func (e *env) snapshot(ctx context.Context) (counters, error) {
 	}
 	c.wal, err = parseLSN(lsn)
 	c.at = time.Now()
+	if err == nil && e.postmaster != 0 {
+		c.cpu, err = serverCPU(e.postmaster)
+	}
 	return c, err
 }
 
@@ -204,10 +210,12 @@ type delta struct {
 	walBytes int64
 	rows     int64
 	fpi      int64
+	cpu      time.Duration // server CPU time
 }
 
 func (a counters) to(b counters) delta {
-	return delta{commits: b.commits - a.commits, walBytes: int64(b.wal - a.wal), rows: b.rows - a.rows, fpi: b.fpi - a.fpi}
+	return delta{commits: b.commits - a.commits, walBytes: int64(b.wal - a.wal), rows: b.rows - a.rows, fpi: b.fpi - a.fpi,
+		cpu: b.cpu - a.cpu}
 }
 
 // flushStats makes the statistics of the monitoring pool's backends visible: they are flushed when a backend

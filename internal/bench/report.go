@@ -86,13 +86,16 @@ type Result struct {
 	LatencyP99Ms  float64 `json:"latency_p99_ms"`
 	LatencySource string  `json:"latency_source,omitempty"`
 
-	CostPer         string  `json:"cost_per,omitempty"` // "task" or "run"
-	CommitsPer      float64 `json:"commits_per"`
-	WALBytesPer     float64 `json:"wal_bytes_per"`
-	RowsWrittenPer  float64 `json:"rows_written_per"`
-	TotalCommits    int64   `json:"total_commits"`
-	TotalWALBytes   int64   `json:"total_wal_bytes"`
-	TotalRowsWriten int64   `json:"total_rows_written"`
+	CostPer        string  `json:"cost_per,omitempty"` // "task" or "run"
+	CommitsPer     float64 `json:"commits_per"`
+	WALBytesPer    float64 `json:"wal_bytes_per"`
+	RowsWrittenPer float64 `json:"rows_written_per"`
+	// ServerCPUMicrosPer is the database server's CPU time per task (or run), every server process counted,
+	// when the server runs on this machine (0 otherwise). It depends on the machine, not on the load of others.
+	ServerCPUMicrosPer float64 `json:"server_cpu_us_per,omitempty"`
+	TotalCommits       int64   `json:"total_commits"`
+	TotalWALBytes      int64   `json:"total_wal_bytes"`
+	TotalRowsWriten    int64   `json:"total_rows_written"`
 
 	// Delayed work (scenario delayed): how late a delayed task was claimed after it became due, for start delays
 	// (due: queued_at + the delay) and for RetryAfter retries (due: step_tasks.retry_at).
@@ -119,6 +122,7 @@ type Ratios struct {
 	WALBytes     float64 `json:"wal_bytes"`       // WAL bytes per task ÷ WAL bytes per baseline transaction
 	RowsWritten  float64 `json:"rows_written"`    // rows per task ÷ rows per baseline transaction
 	IdleRequests float64 `json:"idle_statements"` // idle statements/s ÷ baseline commits/s
+	ServerCPU    float64 `json:"server_cpu"`      // server CPU per task ÷ server CPU per baseline transaction
 }
 
 func (r *Result) setCost(d delta) {
@@ -143,6 +147,7 @@ func (r *Result) setTotals(d delta, n int) {
 	r.CommitsPer = float64(d.commits) / float64(n)
 	r.WALBytesPer = float64(d.walBytes) / float64(n)
 	r.RowsWrittenPer = float64(d.rows) / float64(n)
+	r.ServerCPUMicrosPer = float64(d.cpu.Microseconds()) / float64(n)
 }
 
 func (r *Result) setLatency(lat []time.Duration, source string) {
@@ -185,6 +190,7 @@ func (r *Result) ratios(b Baseline) {
 		WALBytes:     ratio(r.WALBytesPer, b.WALBytesPerTx),
 		RowsWritten:  ratio(r.RowsWrittenPer, b.RowsPerTx),
 		IdleRequests: ratio(r.IdleStatementsPerSec, b.CommitsPerSec),
+		ServerCPU:    ratio(r.ServerCPUMicrosPer, b.ServerCPUMicrosPerTx),
 	}
 }
 
@@ -211,8 +217,9 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	b := rep.Baseline
-	fmt.Fprintf(w, "baseline: %d clients, one-row insert+update per transaction: %.0f commits/s (before %.0f, after %.0f), %.2f ms/tx, %.0f WAL bytes/tx, %.1f rows/tx (%d tx in %.1fs)\n\n",
-		b.Clients, b.CommitsPerSec, b.CommitsPerSecBefore, b.CommitsPerSecAfter, b.LatencyMs, b.WALBytesPerTx, b.RowsPerTx, b.Transactions, b.Seconds)
+	fmt.Fprintf(w, "baseline: %d clients, one-row insert+update per transaction: %.0f commits/s (before %.0f, after %.0f), %.2f ms/tx, %.0f WAL bytes/tx, %.1f rows/tx, %s server CPU µs/tx (%d tx in %.1fs)\n\n",
+		b.Clients, b.CommitsPerSec, b.CommitsPerSecBefore, b.CommitsPerSecAfter, b.LatencyMs, b.WALBytesPerTx, b.RowsPerTx,
+		num(b.ServerCPUMicrosPerTx, 0), b.Transactions, b.Seconds)
 
 	if err := rep.writeResults(w); err != nil {
 		return err
@@ -278,7 +285,7 @@ func (rep *Report) writeResults(w io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmode\truns\ttasks\truns/s (×base)\ttasks/s (×base)\tp50 ms\tp95 ms\tp99 ms (×base)\tcommits/task (×base)\tWAL B/task (×base)\trows/task (×base)\t")
+	fmt.Fprintln(tw, "scenario\tmode\truns\ttasks\truns/s (×base)\ttasks/s (×base)\tp50 ms\tp95 ms\tp99 ms (×base)\tcommits/task (×base)\tWAL B/task (×base)\trows/task (×base)\tserver CPU µs/task (×base)\t")
 	for _, r := range rep.Results {
 		if r.Scenario == ScenarioIdle {
 			continue
@@ -287,7 +294,7 @@ func (rep *Report) writeResults(w io.Writer) error {
 		if r.CostPer == "run" {
 			per = "run"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 			r.Scenario, r.Mode, r.Runs, r.Tasks,
 			withRatio(r.RunsPerSec, r.Ratios.RunsPerSec, 0),
 			withRatio(r.TasksPerSec, r.Ratios.TasksPerSec, 0),
@@ -295,7 +302,8 @@ func (rep *Report) writeResults(w io.Writer) error {
 			withRatio(r.LatencyP99Ms, r.Ratios.LatencyP99, 1),
 			withRatio(r.CommitsPer, r.Ratios.Commits, 2)+perSuffix(per),
 			withRatio(r.WALBytesPer, r.Ratios.WALBytes, 0)+perSuffix(per),
-			withRatio(r.RowsWrittenPer, r.Ratios.RowsWritten, 1)+perSuffix(per))
+			withRatio(r.RowsWrittenPer, r.Ratios.RowsWritten, 1)+perSuffix(per),
+			withRatio(r.ServerCPUMicrosPer, r.Ratios.ServerCPU, 0)+perSuffix(per))
 	}
 	return tw.Flush()
 }
