@@ -24,7 +24,7 @@ func TestTableColumns(t *testing.T) {
 			"queue_name text NOT NULL",
 		"deps": "flow_slug text NOT NULL, dep_slug text NOT NULL, step_slug text NOT NULL, " +
 			"created_at timestamp with time zone NOT NULL now()",
-		"runs": "run_id uuid NOT NULL gen_random_uuid(), flow_slug text NOT NULL, status text NOT NULL 'started'::text, " +
+		"runs": "run_id uuid NOT NULL pgflow._new_run_id(), flow_slug text NOT NULL, status text NOT NULL 'started'::text, " +
 			"input jsonb NOT NULL, output jsonb, remaining_steps integer NOT NULL 0, " +
 			"started_at timestamp with time zone NOT NULL now(), completed_at timestamp with time zone, " +
 			"failed_at timestamp with time zone, cancelled_at timestamp with time zone, cancel_reason text, " +

@@ -2,7 +2,7 @@
 -- completes when it reaches 0. A run ends 'completed', 'failed' or 'cancelled' (v0.20.0, pgflow.cancel_run); only
 -- pgflow.retry_run takes a failed or cancelled run back to 'started'. retry_of names the run a fresh retry re-ran.
 create table pgflow.runs (
-  run_id          uuid        not null default gen_random_uuid(),
+  run_id          uuid        not null default pgflow._new_run_id(),
   flow_slug       text        not null,
   status          text        not null default 'started',
   input           jsonb       not null,

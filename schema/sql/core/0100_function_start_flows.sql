@@ -51,7 +51,7 @@ begin
   end if;
 
   v_ids := array(
-    select coalesce(start_flows.run_ids[p.pos], gen_random_uuid())
+    select coalesce(start_flows.run_ids[p.pos], pgflow._new_run_id())
       from generate_series(1, v_n) as p (pos)
      order by p.pos);
 
