@@ -281,6 +281,9 @@ func (e *env) countRuns(ctx context.Context, slug, status string) (int64, error)
 // preloadHistory inserts n completed one-step runs of the flow the way the engine leaves them: the run, its step
 // state and its task completed, the task's message in the queue's archive (message ids drawn from the queue's
 // own sequence, so later messages never collide with them). Times are spread over the 29 days before yesterday.
+// Run ids are made as the engine makes them (pgflow._new_run_id, version 7) but carry the run's own started_at
+// in their time bits, so the history sits in runs_pkey, step_states_pkey and step_tasks_pkey where real starts
+// at those times would have put it, and new starts go after it.
 // Columns not listed keep their defaults, so the pre-load survives added columns.
 func (e *env) preloadHistory(ctx context.Context, slug, queue string, n int64, tick func(done int64)) error {
 	conn, err := e.mon.Acquire(ctx)
@@ -296,9 +299,13 @@ func (e *env) preloadHistory(ctx context.Context, slug, queue string, n int64, t
 	stmts := []string{
 		`create temporary table if not exists pgflow_bench_history (run_id uuid, msg_id bigint, t timestamptz) on commit delete rows`,
 		`insert into pgflow_bench_history (run_id, msg_id, t)
-		 select gen_random_uuid(), nextval(pg_get_serial_sequence($1::text, 'msg_id')),
-		        now() - interval '1 day' - random() * interval '29 days'
-		   from generate_series(1, $2::int)`,
+		 select encode(overlay(uuid_send(pgflow._new_run_id())
+		                       placing substring(int8send(floor(extract(epoch from g.t) * 1000)::int8) from 3 for 6)
+		                       from 1 for 6), 'hex')::uuid,
+		        g.msg_id, g.t
+		   from (select nextval(pg_get_serial_sequence($1::text, 'msg_id')) as msg_id,
+		                now() - interval '1 day' - random() * interval '29 days' as t
+		           from generate_series(1, $2::int)) as g`,
 		`insert into pgflow.runs (run_id, flow_slug, status, input, output, remaining_steps, started_at, completed_at)
 		 select h.run_id, $1::text, 'completed', '{}'::jsonb, jsonb_build_object($2::text, '{}'::jsonb), 0, h.t,
 		        h.t + interval '12 milliseconds'

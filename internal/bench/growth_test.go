@@ -176,6 +176,20 @@ func TestPreloadedHistoryLooksLikeRealRuns(t *testing.T) {
 		   or s.remaining_tasks <> 0 or t.attempts_count <> 1
 		   or not exists (select from pgmq.a_bench_growth as a where a.msg_id = t.message_id and a.message->>'run_id' = r.run_id::text)`).Scan(&bad))
 	require.Zero(t, bad)
+	// Every run id, pre-loaded or real, has the engine's layout (version 7, RFC variant); a pre-loaded id carries
+	// its run's started_at in its first 48 bits, so the history sits in the run_id indexes where real starts at those times would have put it.
+	var ids, v7, stamped, old int
+	require.NoError(t, db.Pool.QueryRow(ctx, `select count(*),
+		count(*) filter (where substr(r.run_id::text, 15, 1) = '7' and substr(r.run_id::text, 20, 1) in ('8', '9', 'a', 'b')),
+		count(*) filter (where r.started_at < now() - interval '1 day'
+		                   and ('x' || lpad(substr(replace(r.run_id::text, '-', ''), 1, 12), 16, '0'))::bit(64)::int8
+		                       = floor(extract(epoch from r.started_at) * 1000)::int8),
+		count(*) filter (where r.started_at < now() - interval '1 day')
+		from pgflow.runs as r`).Scan(&ids, &v7, &stamped, &old))
+	require.Equal(t, 8, ids)
+	require.Equal(t, ids, v7, "every run id is version 7")
+	require.Equal(t, 5, old)
+	require.Equal(t, old, stamped, "every pre-loaded id carries its started_at")
 	// Later messages never collide with the history's message ids.
 	require.NoError(t, startRuns(ctx, e.mon, bf, 2, 2, 1, func(int) {}))
 }
