@@ -23,7 +23,7 @@ const WorkerFunctionName = "pgflowtest"
 
 // RunFlowOpts are the options of RunFlow and DriveRun. A nil *RunFlowOpts means the defaults.
 type RunFlowOpts struct {
-	// RunID starts the run with this id (a UUID) instead of a random one. RunFlow only.
+	// RunID starts the run with this id (a UUID) instead of one the database makes. RunFlow only.
 	RunID string
 	// AllowDataLoss lets RunFlow recompile a flow whose stored definition differs from the code, which deletes
 	// the flow's runs, tasks and queue: set it when the test database outlives test runs (the flow changed since
