@@ -1547,6 +1547,7 @@ returns setof pgflow.step_tasks
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_run         pgflow.runs;
@@ -2412,6 +2413,7 @@ returns setof pgflow.step_tasks
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_run            pgflow.runs;
@@ -3331,6 +3333,7 @@ returns setof pgflow.step_task_record
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_queue_name text;
@@ -3825,6 +3828,302 @@ During a rolling deploy the definition of the most recently started worker wins.
 $doc$;
 -- end generated
 
+-- generated from sql/core: 0100_function_start_flow.sql
+create or replace function pgflow.start_flow(flow_slug text, input jsonb, run_id uuid default null)
+returns setof pgflow.runs
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+  v_run_id     uuid;
+  v_step_count integer;
+  v_root_maps  integer;
+  v_run        pgflow.runs;
+  v_input_len  integer;
+begin
+  -- Shares the flow's compilation lock (create_flow, ensure_flow_compiled and delete_flow_and_data hold it
+  -- exclusively): a start waits for a compilation in progress and then reads the whole flow. Without it a start
+  -- could count no steps (compilation not yet visible) yet pass the foreign-key check (which reads the newest
+  -- rows) and complete the run at once with output NULL.
+  perform pg_advisory_xact_lock_shared(1, hashtext(lower(start_flow.flow_slug)));
+
+  select count(*), count(*) filter (where s.step_type = 'map' and s.deps_count = 0)
+    into v_step_count, v_root_maps
+    from pgflow.steps as s
+   where s.flow_slug = start_flow.flow_slug;
+
+  if v_root_maps > 0 then
+    if start_flow.input is null then
+      raise exception 'Flow % has root map steps but input is NULL', start_flow.flow_slug;
+    elsif jsonb_typeof(start_flow.input) <> 'array' then
+      raise exception 'Flow % has root map steps but input is not an array (got %)',
+        start_flow.flow_slug, jsonb_typeof(start_flow.input);
+    end if;
+  end if;
+
+  -- Computed here, not inside the CASE below: the planner may fold a CASE arm with constant arguments even when
+  -- the arm is never taken, and jsonb_array_length raises on a non-array.
+  if jsonb_typeof(start_flow.input) = 'array' then
+    v_input_len := jsonb_array_length(start_flow.input);
+  end if;
+
+  insert into pgflow.runs (run_id, flow_slug, input, remaining_steps)
+  values (coalesce(start_flow.run_id, gen_random_uuid()), start_flow.flow_slug, start_flow.input, v_step_count)
+  returning * into v_run;
+  v_run_id := v_run.run_id;
+
+  insert into pgflow.step_states (flow_slug, run_id, step_slug, remaining_deps, initial_tasks)
+  select s.flow_slug,
+         v_run_id,
+         s.step_slug,
+         s.deps_count,
+         case
+           when s.step_type = 'map' and s.deps_count = 0 then v_input_len
+           when s.step_type = 'map' then null
+           else 1
+         end
+    from pgflow.steps as s
+   where s.flow_slug = v_run.flow_slug
+   order by s.step_index;
+
+  perform pgflow._emit_event(
+    jsonb_build_object(
+      'event_type', 'run:started',
+      'run_id', v_run.run_id,
+      'flow_slug', v_run.flow_slug,
+      'input', v_run.input,
+      'status', v_run.status,
+      'remaining_steps', v_run.remaining_steps,
+      'started_at', v_run.started_at),
+    'run:started',
+    v_run_id);
+
+  if pgflow.cascade_resolve_conditions(v_run_id) then
+    perform pgflow.cascade_complete_taskless_steps(v_run_id);
+    perform pgflow.start_ready_steps(v_run_id);
+    perform pgflow.maybe_complete_run(v_run_id);
+  end if;
+
+  return query select r.* from pgflow.runs as r where r.run_id = v_run_id;
+end;
+$$;
+
+comment on function pgflow.start_flow(flow_slug text, input jsonb, run_id uuid) is $doc$
+pgflow.start_flow(flow_slug, input, run_id) guarantees:
+  * a flow with root map steps only starts with an array input: SQL NULL raises
+    'Flow <slug> has root map steps but input is NULL', any other JSON type raises
+    'Flow <slug> has root map steps but input is not an array (got <type>)' (P0001), before anything is written;
+  * one run row (run_id = the given one, else random; remaining_steps = number of steps) and one 'created'
+    step state per step (remaining_deps = deps_count; initial_tasks = 1 for single steps, the input array length
+    for root maps, NULL for dependent maps until their parent completes) are written in this transaction;
+  * run:started is emitted, then conditions of ready steps are resolved (a 'fail' condition fails the run and no
+    task is ever created), taskless steps complete, ready steps start (tasks and messages are created) and the
+    run completes if nothing is left (e.g. a flow without steps);
+  * returns the run row as it is at the end ('started', 'completed' or 'failed').
+A start waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow.
+Errors: unknown flow -> runs_flow_slug_fkey; an existing run_id -> runs_pkey (a retried start with the same
+run_id therefore never creates a second run); NULL input without root maps -> not-null violation on runs.input.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_start_flows.sql
+create or replace function pgflow.start_flows(flow_slug text, inputs jsonb[], run_ids uuid[] default null)
+returns setof pgflow.runs
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+  v_n          integer := coalesce(cardinality(start_flows.inputs), 0);
+  v_ids        uuid[];
+  v_step_count integer;
+  v_root_maps  integer;
+  v_conditions boolean;
+  v_bad        record;
+  v_run        record;
+  v_fold       boolean;
+  v_started_runs  uuid[];
+  v_started_slugs text[];
+begin
+  if v_n = 0 then
+    return;
+  end if;
+
+  -- Shares the flow's compilation lock (create_flow, ensure_flow_compiled and delete_flow_and_data hold it
+  -- exclusively): a start waits for a compilation in progress and then reads the whole flow. Without it a start
+  -- could count no steps (compilation not yet visible) yet pass the foreign-key check (which reads the newest
+  -- rows) and complete the run at once with output NULL.
+  perform pg_advisory_xact_lock_shared(1, hashtext(lower(start_flows.flow_slug)));
+  if start_flows.run_ids is not null and cardinality(start_flows.run_ids) <> v_n then
+    raise exception 'start_flows: % run_ids given for % inputs', cardinality(start_flows.run_ids), v_n;
+  end if;
+
+  select count(*),
+         count(*) filter (where s.step_type = 'map' and s.deps_count = 0),
+         coalesce(bool_or(s.required_input_pattern is not null or s.forbidden_input_pattern is not null), false)
+    into v_step_count, v_root_maps, v_conditions
+    from pgflow.steps as s
+   where s.flow_slug = start_flows.flow_slug;
+
+  if v_root_maps > 0 then
+    select x.pos, jsonb_typeof(x.input) as type into v_bad
+      from unnest(start_flows.inputs) with ordinality as x (input, pos)
+     where jsonb_typeof(x.input) is distinct from 'array'
+     order by x.pos
+     limit 1;
+    if found and v_bad.type is null then
+      raise exception 'Flow % has root map steps but input % is NULL', start_flows.flow_slug, v_bad.pos;
+    elsif found then
+      raise exception 'Flow % has root map steps but input % is not an array (got %)',
+        start_flows.flow_slug, v_bad.pos, v_bad.type;
+    end if;
+  end if;
+
+  v_ids := array(
+    select coalesce(start_flows.run_ids[p.pos], gen_random_uuid())
+      from generate_series(1, v_n) as p (pos)
+     order by p.pos);
+
+  insert into pgflow.runs (run_id, flow_slug, input, remaining_steps)
+  select x.run_id, start_flows.flow_slug, x.input, v_step_count
+    from unnest(v_ids, start_flows.inputs) with ordinality as x (run_id, input, pos)
+   order by x.pos;
+
+  -- Without conditions and root maps nothing can happen to a root step between its creation and its start (no
+  -- condition to resolve, no taskless step to cascade): it is written 'started' right away, one row version
+  -- instead of two, and _start_ready_steps_batch below sends its messages and events as if it had started it.
+  v_fold := not v_conditions and v_root_maps = 0;
+  with inserted as (
+    insert into pgflow.step_states (flow_slug, run_id, step_slug, remaining_deps, initial_tasks, status, started_at,
+                                    remaining_tasks)
+    select s.flow_slug,
+           x.run_id,
+           s.step_slug,
+           s.deps_count,
+           case
+             when s.step_type = 'map' and s.deps_count = 0 then jsonb_array_length(x.input)
+             when s.step_type = 'map' then null
+             else 1
+           end,
+           case when v_fold and s.deps_count = 0 then 'started' else 'created' end,
+           case when v_fold and s.deps_count = 0 then now() end,
+           case when v_fold and s.deps_count = 0 then 1 end
+      from unnest(v_ids, start_flows.inputs) with ordinality as x (run_id, input, pos)
+      cross join pgflow.steps as s
+     where s.flow_slug = start_flows.flow_slug
+     order by x.pos, s.step_index
+    returning step_states.run_id, step_states.step_slug, step_states.status
+  )
+  select array_agg(i.run_id), array_agg(i.step_slug)
+    into v_started_runs, v_started_slugs
+    from inserted as i
+   where i.status = 'started';
+
+  perform pgflow._emit_events(array(
+    select jsonb_build_object(
+             'event_type', 'run:started',
+             'run_id', r.run_id,
+             'flow_slug', r.flow_slug,
+             'input', r.input,
+             'status', r.status,
+             'remaining_steps', r.remaining_steps,
+             'started_at', r.started_at)
+      from unnest(v_ids) with ordinality as x (run_id, pos)
+      join pgflow.runs as r on r.run_id = x.run_id
+     order by x.pos));
+
+  if v_conditions then
+    -- As start_flow: conditions first, then taskless steps, run by run.
+    for v_run in select x.run_id from unnest(v_ids) with ordinality as x (run_id, pos) order by x.pos loop
+      if pgflow.cascade_resolve_conditions(v_run.run_id) then
+        perform pgflow.cascade_complete_taskless_steps(v_run.run_id);
+      end if;
+    end loop;
+  else
+    -- Without conditions only runs with a ready taskless step (a root map over an empty array) have anything to
+    -- cascade.
+    for v_run in
+      select distinct ss.run_id
+        from pgflow.step_states as ss
+       where ss.run_id = any (v_ids)
+         and ss.status = 'created'
+         and ss.remaining_deps = 0
+         and ss.initial_tasks = 0
+       order by ss.run_id
+    loop
+      perform pgflow.cascade_complete_taskless_steps(v_run.run_id);
+    end loop;
+  end if;
+
+  -- Runs whose conditions failed them are no longer 'started': both calls leave them alone.
+  perform pgflow._start_ready_steps_batch(v_ids, v_started_runs, v_started_slugs);
+  perform pgflow._maybe_complete_runs(v_ids);
+
+  return query
+    select r.*
+      from unnest(v_ids) with ordinality as x (run_id, pos)
+      join pgflow.runs as r on r.run_id = x.run_id
+     order by x.pos;
+end;
+$$;
+
+comment on function pgflow.start_flows(flow_slug text, inputs jsonb[], run_ids uuid[]) is $doc$
+pgflow.start_flows(flow_slug, inputs, run_ids) starts one run per element of inputs in one call (one
+transaction). It guarantees:
+  * for every input exactly what pgflow.start_flow(flow_slug, inputs[i], run_ids[i]) guarantees: the run row
+    (run_id = run_ids[i] when given, else random; remaining_steps = number of steps) and one 'created' step
+    state per step, run:started, conditions resolved (flows with condition patterns resolve them run by run,
+    with the same functions start_flow calls), taskless steps completed, ready steps started with tasks and
+    messages, and the run completed when nothing is left;
+  * set-based work: one INSERT for all runs, one for all step states, and the ready steps of all runs start
+    through pgflow._start_ready_steps_batch (one pgmq.send_batch per queue and delay), finished runs complete
+    through pgflow._maybe_complete_runs; events of one run keep start_flow's order;
+  * a flow with root map steps needs an array input for every run: SQL NULL raises
+    'Flow <slug> has root map steps but input <n> is NULL', any other JSON type raises
+    'Flow <slug> has root map steps but input <n> is not an array (got <type>)' (P0001, n counting from 1),
+    before anything is written;
+  * run_ids, when not NULL, must have one element per input (NULL elements mean random ids), else an error
+    names both lengths; an existing or repeated run id fails the whole call (runs_pkey), an unknown flow fails
+    it with runs_flow_slug_fkey, a NULL input of a flow without root maps with the not-null violation on
+    runs.input - the call is atomic: all runs start or none;
+  * waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow;
+  * returns the run rows as they are at the end, in the order of inputs; NULL or empty inputs start nothing.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_start_flow_with_states.sql
+create or replace function pgflow.start_flow_with_states(flow_slug text, input jsonb, run_id uuid default null)
+returns jsonb
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+  v_run_id uuid;
+begin
+  select r.run_id
+    into v_run_id
+    from pgflow.start_flow(start_flow_with_states.flow_slug, start_flow_with_states.input,
+                           start_flow_with_states.run_id) as r
+   limit 1;
+
+  return pgflow.get_run_with_states(v_run_id);
+end;
+$$;
+
+comment on function pgflow.start_flow_with_states(flow_slug text, input jsonb, run_id uuid) is $doc$
+pgflow.start_flow_with_states(flow_slug, input, run_id) guarantees: exactly pgflow.start_flow (same checks,
+same errors, same effects), then returns pgflow.get_run_with_states of the new run, i.e.
+{"run": <run row>, "steps": [<step state rows>]} as it is at the end of the start. SECURITY DEFINER so an
+operator can grant API users this one function instead of the tables.
+$doc$;
+-- end generated
+
 do $grants$
 declare
   v_grant record;
@@ -4024,50 +4323,6 @@ NULL or empty arrays change nothing and return no rows. Arrays of different leng
 'msg_ids length (<a>) must equal vt_offsets length (<b>)'; an unknown queue raises
 'relation "pgmq.q_<name>" does not exist' (42P01). PGMQ has no batch set_vt, so this is one of the two places
 that update a PGMQ queue table directly (the table name comes from pgmq.format_table_name, which validates it).
-$doc$;
-comment on function pgflow.start_flow(flow_slug text, input jsonb, run_id uuid) is $doc$
-pgflow.start_flow(flow_slug, input, run_id) guarantees:
-  * a flow with root map steps only starts with an array input: SQL NULL raises
-    'Flow <slug> has root map steps but input is NULL', any other JSON type raises
-    'Flow <slug> has root map steps but input is not an array (got <type>)' (P0001), before anything is written;
-  * one run row (run_id = the given one, else random; remaining_steps = number of steps) and one 'created'
-    step state per step (remaining_deps = deps_count; initial_tasks = 1 for single steps, the input array length
-    for root maps, NULL for dependent maps until their parent completes) are written in this transaction;
-  * run:started is emitted, then conditions of ready steps are resolved (a 'fail' condition fails the run and no
-    task is ever created), taskless steps complete, ready steps start (tasks and messages are created) and the
-    run completes if nothing is left (e.g. a flow without steps);
-  * returns the run row as it is at the end ('started', 'completed' or 'failed').
-A start waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow.
-Errors: unknown flow -> runs_flow_slug_fkey; an existing run_id -> runs_pkey (a retried start with the same
-run_id therefore never creates a second run); NULL input without root maps -> not-null violation on runs.input.
-$doc$;
-comment on function pgflow.start_flow_with_states(flow_slug text, input jsonb, run_id uuid) is $doc$
-pgflow.start_flow_with_states(flow_slug, input, run_id) guarantees: exactly pgflow.start_flow (same checks,
-same errors, same effects), then returns pgflow.get_run_with_states of the new run, i.e.
-{"run": <run row>, "steps": [<step state rows>]} as it is at the end of the start. SECURITY DEFINER so an
-operator can grant API users this one function instead of the tables.
-$doc$;
-comment on function pgflow.start_flows(flow_slug text, inputs jsonb[], run_ids uuid[]) is $doc$
-pgflow.start_flows(flow_slug, inputs, run_ids) starts one run per element of inputs in one call (one
-transaction). It guarantees:
-  * for every input exactly what pgflow.start_flow(flow_slug, inputs[i], run_ids[i]) guarantees: the run row
-    (run_id = run_ids[i] when given, else random; remaining_steps = number of steps) and one 'created' step
-    state per step, run:started, conditions resolved (flows with condition patterns resolve them run by run,
-    with the same functions start_flow calls), taskless steps completed, ready steps started with tasks and
-    messages, and the run completed when nothing is left;
-  * set-based work: one INSERT for all runs, one for all step states, and the ready steps of all runs start
-    through pgflow._start_ready_steps_batch (one pgmq.send_batch per queue and delay), finished runs complete
-    through pgflow._maybe_complete_runs; events of one run keep start_flow's order;
-  * a flow with root map steps needs an array input for every run: SQL NULL raises
-    'Flow <slug> has root map steps but input <n> is NULL', any other JSON type raises
-    'Flow <slug> has root map steps but input <n> is not an array (got <type>)' (P0001, n counting from 1),
-    before anything is written;
-  * run_ids, when not NULL, must have one element per input (NULL elements mean random ids), else an error
-    names both lengths; an existing or repeated run id fails the whole call (runs_pkey), an unknown flow fails
-    it with runs_flow_slug_fkey, a NULL input of a flow without root maps with the not-null violation on
-    runs.input - the call is atomic: all runs start or none;
-  * waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow;
-  * returns the run rows as they are at the end, in the order of inputs; NULL or empty inputs start nothing.
 $doc$;
 comment on function pgflow.track_worker_function(function_name text) is $doc$
 pgflow.track_worker_function(function_name) guarantees: a worker_functions row for function_name exists
