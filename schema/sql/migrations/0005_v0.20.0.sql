@@ -293,6 +293,50 @@ pgflow._step_queue_name unambiguous. NULL slugs pass (the slug CHECK constraints
 $doc$;
 -- end generated
 
+-- generated from sql/core: 0090_function__notify.sql
+create or replace function pgflow._notify(channels text[], payloads text[])
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if coalesce(cardinality(_notify.channels), 0) = 0 then
+    return;
+  end if;
+  -- PostgreSQL serialises the commits of notifying transactions with one cluster-wide lock that each holds through
+  -- its commit's WAL flush, so notifying transactions cannot share a flush. A caller that sets
+  -- pgflow.defer_notifications for its transaction takes the notifications back instead (the transaction-local
+  -- setting pgflow.deferred_notifications) and sends them itself after its commit, in a transaction that writes
+  -- nothing and need not wait for a flush.
+  if pg_catalog.current_setting('pgflow.defer_notifications', true) = 'on' then
+    perform pg_catalog.set_config('pgflow.deferred_notifications',
+      (coalesce(nullif(pg_catalog.current_setting('pgflow.deferred_notifications', true), ''), '[]')::jsonb
+        || coalesce((select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(n.channel, n.payload) order by n.pos)
+                       from unnest(_notify.channels, _notify.payloads) with ordinality as n (channel, payload, pos)),
+                    '[]'::jsonb))::text,
+      true);
+    return;
+  end if;
+  -- pg_notify is volatile, so the planner evaluates it after the sort: notifications go out in array order.
+  perform pg_catalog.pg_notify(n.channel, n.payload)
+     from unnest(_notify.channels, _notify.payloads) with ordinality as n (channel, payload, pos)
+    order by n.pos;
+end;
+$$;
+
+comment on function pgflow._notify(channels text[], payloads text[]) is $doc$
+pgflow._notify(channels, payloads) guarantees (v0.20.0; every notification of the schema goes through it):
+  * by default, pg_notify(channels[i], payloads[i]) for every i, in array order, inside the caller's transaction
+    (delivered only if it commits; PostgreSQL folds identical notifications of a transaction);
+  * when the transaction has set pgflow.defer_notifications to 'on' (set_config(..., true)), nothing is notified:
+    the pairs are appended, in order, to the transaction-local setting pgflow.deferred_notifications, a JSON array
+    of [channel, payload] arrays, which the caller reads before it commits and sends after the commit
+    (the Go client and worker do, with synchronous_commit off). The caller then owns delivery: a notification it does not send is lost;
+  * NULL or empty arrays do nothing; the arrays are paired by position (unnest), so they should be equally long.
+$doc$;
+-- end generated
+
 -- generated from sql/core: 0090_function__trusted_realtime_send.sql
 create or replace function pgflow._trusted_realtime_send()
 returns regprocedure
@@ -530,8 +574,8 @@ begin
       perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
     end if;
     if v_queue.had_started then
-      perform pg_notify('pgflow:queue:' || v_queue.queue_name,
-                        '{"cancel_run":"' || _finish_run_steps.run_id::text || '"}');
+      perform pgflow._notify(array['pgflow:queue:' || v_queue.queue_name],
+                             array['{"cancel_run":"' || _finish_run_steps.run_id::text || '"}']);
     end if;
   end loop;
 
@@ -573,10 +617,10 @@ begin
   end if;
   -- Every distinct time is announced: a worker keeps all of them, so a message due later than another one of the
   -- same transaction is not left to its periodic read. PostgreSQL folds identical notifications of a transaction.
-  perform pg_catalog.pg_notify(
-    'pgflow:queue:' || _notify_queue_visible_at.queue_name,
-    '{"visible_at":"' || pg_catalog.to_char(_notify_queue_visible_at.visible_at at time zone 'UTC',
-                                             'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"}');
+  perform pgflow._notify(
+    array['pgflow:queue:' || _notify_queue_visible_at.queue_name],
+    array['{"visible_at":"' || pg_catalog.to_char(_notify_queue_visible_at.visible_at at time zone 'UTC',
+                                                   'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"}']);
 end;
 $$;
 
@@ -601,7 +645,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 begin
   if coalesce(_wake_queue.delay_seconds, 0) <= 0 then
-    perform pg_catalog.pg_notify('pgflow:queue:' || _wake_queue.queue_name, '');
+    perform pgflow._notify(array['pgflow:queue:' || _wake_queue.queue_name], array['']);
   else
     perform pgflow._notify_queue_visible_at(_wake_queue.queue_name,
                                             clock_timestamp() + make_interval(secs => _wake_queue.delay_seconds));
@@ -702,8 +746,7 @@ begin
       (select r.flow_slug from pgflow.runs as r where r.run_id = _emit_event.run_id))
   ))::text;
 
-  perform pg_notify('pgflow', v_envelope);
-  perform pg_notify(v_topic, v_envelope);
+  perform pgflow._notify(array['pgflow', v_topic], array[v_envelope, v_envelope]);
 
   if pgflow._trusted_realtime_send() is not null then
     execute 'select realtime.send($1, $2, $3, $4)'
@@ -716,7 +759,8 @@ comment on function pgflow._emit_event(payload jsonb, event text, run_id uuid) i
 pgflow._emit_event(payload, event, run_id) guarantees:
   * the event is published inside the caller's transaction, so listeners see it only if the state change that
     caused it commits, and in the order the functions emitted it;
-  * pg_notify on the global channel 'pgflow' and on the per-run channel 'pgflow:run:<run_id>' with a small
+  * a notification (pgflow._notify: pg_notify, or deferred when the transaction asks) on the global channel
+    'pgflow' and on the per-run channel 'pgflow:run:<run_id>' with a small
     JSON envelope {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"}; the
     envelope never carries inputs or outputs, so it always stays far below pg_notify's 8000-byte limit
     (slugs are at most 128 characters: the envelope is under 700 bytes);
@@ -734,15 +778,19 @@ language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+  v_channels  text[];
+  v_envelopes text[];
 begin
   if _emit_events.payloads is null or cardinality(_emit_events.payloads) = 0 then
     return;
   end if;
 
-  -- pg_notify is volatile, so the planner evaluates it after the sort: notifications go out in ORDER BY order.
   -- The envelope is written as text, byte for byte what jsonb_strip_nulls(jsonb_build_object(...))::text gives
-  -- (keys in jsonb's order: by length, then bytes; NULL members left out), at about half the cost.
-  perform pg_notify(c.channel, e.envelope)
+  -- (keys in jsonb's order: by length, then bytes; NULL members left out), at about half the cost. One call of
+  -- pgflow._notify sends them all, in the order of the arrays.
+  select array_agg(c.channel order by e.pos, c.k), array_agg(e.envelope order by e.pos, c.k)
+    into v_channels, v_envelopes
      from (
        select x.pos,
               x.run_id,
@@ -769,8 +817,8 @@ begin
              from unnest(_emit_events.payloads) with ordinality as u (p, pos)
          ) as x
      ) as e
-     cross join lateral (values (1, 'pgflow'), (2, 'pgflow:run:' || e.run_id::text)) as c (k, channel)
-    order by e.pos, c.k;
+     cross join lateral (values (1, 'pgflow'), (2, 'pgflow:run:' || e.run_id::text)) as c (k, channel);
+  perform pgflow._notify(v_channels, v_envelopes);
 
   if pgflow._trusted_realtime_send() is not null then
     execute 'select realtime.send(
@@ -793,7 +841,8 @@ pgflow._emit_events(payloads) guarantees: the same as calling pgflow._emit_event
 every payload, in array order, with event = payload.event_type for run events and
 'step:<step_slug>:<what>' for step events (event_type 'step:<what>'), and run_id = payload.run_id:
   * published inside the caller's transaction (seen by listeners only if it commits), in array order;
-  * per payload, pg_notify on 'pgflow' and on 'pgflow:run:<run_id>' with the same small envelope as
+  * per payload, a notification (pgflow._notify: pg_notify, or deferred when the transaction asks) on 'pgflow'
+    and on 'pgflow:run:<run_id>' with the same small envelope as
     _emit_event {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"};
   * when a trusted realtime.send(jsonb, text, text, boolean) exists (pgflow._trusted_realtime_send), every full payload also goes to
     realtime.send(payload, event, 'pgflow:run:<run_id>', false), in array order (one dynamic statement);
@@ -2518,7 +2567,7 @@ begin
     -- Wake the workers of the queue: now, or when the message becomes visible.
     if v_task.message_id is not null then
       if v_delay = 0 then
-        perform pg_notify('pgflow:queue:' || v_task.queue_name, '');
+        perform pgflow._notify(array['pgflow:queue:' || v_task.queue_name], array['']);
       else
         perform pgflow._notify_queue_visible_at(v_task.queue_name, v_retry_at);
       end if;
@@ -3516,7 +3565,8 @@ visibility timeouts.
 $doc$;
 -- end generated
 
--- Roles that may claim tasks (start_tasks) may also read and claim in one call.
+-- Roles that may claim tasks (start_tasks) may also read and claim in one call, and notify through pgflow._notify
+-- (every notification of the engine goes through it).
 do $read_grants$
 declare
   v_grantee text;
@@ -3531,7 +3581,8 @@ begin
        and a.grantee <> p.proowner
   loop
     execute format('grant execute on function pgflow.read_and_start_tasks(text, text, uuid, integer, integer), '
-                   'pgflow._claim_tasks(text, text, bigint[], uuid), pgflow._claimed_task_records(tid[]) to %s',
+                   'pgflow._claim_tasks(text, text, bigint[], uuid), pgflow._claimed_task_records(tid[]), '
+                   'pgflow._notify(text[], text[]) to %s',
       v_grantee);
   end loop;
 end;
