@@ -6,7 +6,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 begin
   if coalesce(_wake_queue.delay_seconds, 0) <= 0 then
-    perform pg_catalog.pg_notify('pgflow:queue:' || _wake_queue.queue_name, '');
+    perform pgflow._notify(array['pgflow:queue:' || _wake_queue.queue_name], array['']);
   else
     perform pgflow._notify_queue_visible_at(_wake_queue.queue_name,
                                             clock_timestamp() + make_interval(secs => _wake_queue.delay_seconds));
