@@ -102,7 +102,7 @@ func startMembers(t *testing.T, db *pgtest.DB, flow, queue string, ids []string,
 		p := New(Config{DB: db.Pool, Flow: flow, Queue: queue, WorkerID: id, BatchSize: batch, VisibilitySeconds: 30,
 			MaxPollSeconds: 1, PollIntervalMs: 100, MaxPollWait: time.Hour, ListenPollInterval: time.Hour,
 			Slots: NewSlots(slots), Wake: wake, Own: own, Listener: listener,
-			Claimer: claimer.New(claimer.Config{DB: db.Pool, Read: m.read, Flow: flow, Queue: queue, WorkerID: id, Logger: log}),
+			Claimer:  claimer.New(claimer.Config{DB: db.Pool, Read: m.read, Flow: flow, Queue: queue, WorkerID: id, Logger: log}),
 			Executor: exec, Tasks: tasks, Logger: log})
 		done := make(chan struct{})
 		stopped = append(stopped, done)

@@ -128,7 +128,7 @@ func QueueChannel(queue string) string { return "pgflow:queue:" + queue }
 // mean what they mean on QueueChannel.
 func WorkerChannel(workerID string) string { return "pgflow:w:" + workerID }
 
-// WakeQueue sends the read-now notification ('') on the queue's channel, waking every worker listening there: a
+// WakeQueue sends the read-now notification (an empty payload) on the queue's channel, waking every worker listening there: a
 // worker that was woken alone and cannot take everything passes the wake on with it.
 func WakeQueue(ctx context.Context, db DBTX, queue string) error {
 	if _, err := db.Exec(ctx, `select pg_catalog.pg_notify($1, '')`, QueueChannel(queue)); err != nil {
