@@ -203,7 +203,7 @@ func (c *Client) start(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowSlug 
 		}
 	}
 
-	started, err := startOnce(ctx, db, tx, flowSlug, input, runID)
+	started, err := c.startOnce(ctx, db, tx, flowSlug, input, runID)
 	switch {
 	case err == nil:
 		return EngineRun(started), nil
@@ -244,13 +244,32 @@ func startSubject(runID, flowSlug string) string {
 }
 
 // startOnce calls start_flow_with_states; inside a caller's transaction it does so under a savepoint, so a
-// failed start does not abort the transaction.
-func startOnce(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowSlug string, input json.RawMessage, runID string) (r *sqlapi.RunWithStates, err error) {
+// failed start does not abort the transaction. Outside one, the start's notifications (run:started, step:started,
+// the wake-up of the flow's workers) are sent after its commit (sqlapi.Notifications), so that concurrent starts
+// share WAL flushes instead of queueing behind PostgreSQL's notification lock one flush at a time.
+func (c *Client) startOnce(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowSlug string, input json.RawMessage, runID string) (r *sqlapi.RunWithStates, err error) {
+	if tx == nil {
+		var notes sqlapi.Notifications
+		r, notes, err = sqlapi.StartFlowWithStatesDeferred(ctx, c.pool, flowSlug, input, runID)
+		if err == nil {
+			c.sendNotifications(ctx, notes)
+		}
+		return r, err
+	}
 	err = inSavepoint(ctx, db, tx, func(db sqlapi.DBTX) (err error) {
 		r, err = sqlapi.StartFlowWithStates(ctx, db, flowSlug, input, runID)
 		return err
 	})
 	return r, err
+}
+
+// sendNotifications delivers what a committed start deferred. A failure does not undo the start: listeners miss
+// its events and workers find its tasks at their next periodic read (ListenPollInterval), so it is logged only.
+func (c *Client) sendNotifications(ctx context.Context, notes sqlapi.Notifications) {
+	if err := notes.Send(context.WithoutCancel(ctx), c.pool); err != nil {
+		c.log.Warn("pgflow: runs started, but their notifications were not sent (listeners miss their events; workers find their tasks at their next periodic read)",
+			"error", err)
+	}
 }
 
 func existingRun(r *sqlapi.RunWithStates, flowSlug string) (*Run, error) {

@@ -111,10 +111,20 @@ func (c *Client) startRuns(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowS
 		return nil, fmt.Errorf("pgflow: start runs of flow %q: %w", flowSlug, err)
 	}
 	var runs []sqlapi.StartedRun
-	err := inSavepoint(ctx, db, tx, func(db sqlapi.DBTX) (err error) {
-		runs, err = sqlapi.StartFlows(ctx, db, flowSlug, norm, ids)
-		return err
-	})
+	var err error
+	if tx == nil {
+		// Outside a caller's transaction the starts' notifications are sent after the commit (see startOnce).
+		var notes sqlapi.Notifications
+		runs, notes, err = sqlapi.StartFlowsDeferred(ctx, c.pool, flowSlug, norm, ids)
+		if err == nil {
+			c.sendNotifications(ctx, notes)
+		}
+	} else {
+		err = inSavepoint(ctx, db, tx, func(db sqlapi.DBTX) (err error) {
+			runs, err = sqlapi.StartFlows(ctx, db, flowSlug, norm, ids)
+			return err
+		})
+	}
 	if err != nil {
 		switch {
 		case sqlapi.IsUnknownFlow(err):

@@ -31,6 +31,19 @@ func (c *callCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Tr
 
 func (c *callCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// The worker sends its result calls in batches (their notifications are deferred to after the commit).
+func (c *callCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (c *callCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	if strings.Contains(d.SQL, c.marker) {
+		c.n.Add(1)
+	}
+}
+
+func (c *callCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 func tracedPool(t *testing.T, url string, tracer pgx.QueryTracer) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)

@@ -85,6 +85,9 @@ type Result struct {
 	LatencyP95Ms  float64 `json:"latency_p95_ms"`
 	LatencyP99Ms  float64 `json:"latency_p99_ms"`
 	LatencySource string  `json:"latency_source,omitempty"`
+	// ArrivalRate is the latency scenario's achieved arrival rate: starts returned per second, from the first
+	// scheduled arrival to the last start's return (the rate asked for is in Mode).
+	ArrivalRate float64 `json:"arrival_rate,omitempty"`
 
 	CostPer        string  `json:"cost_per,omitempty"` // "task" or "run"
 	CommitsPer     float64 `json:"commits_per"`
@@ -249,7 +252,8 @@ func (rep *Report) WriteTable(w io.Writer) error {
 			notes = append(notes, fmt.Sprintf("%s: %d runs failed", r.Scenario, r.RunsFailed))
 		}
 		if r.LatencySource != "" && r.Scenario == ScenarioLatency {
-			notes = append(notes, fmt.Sprintf("%s: latency measured by the %s", r.Scenario, r.LatencySource))
+			notes = append(notes, fmt.Sprintf("%s: latency measured by the %s; arrivals achieved %.0f runs/s (%s asked, %d starters)",
+				r.Scenario, r.LatencySource, r.ArrivalRate, r.Mode, r.Starters))
 		}
 	}
 	for _, n := range append(notes, rep.Warnings...) {

@@ -614,9 +614,53 @@ func (e *env) runStart(ctx context.Context, cfg Config, progress func(Progress))
 	return res, nil
 }
 
-// runLatency starts one-step runs at a fixed rate and measures start-to-completion latency as the client sees
-// it: from just before the start call to the run:completed event (LISTEN on the 'pgflow' channel), with the
-// database's timestamps as a fallback.
+// latencyStarters is the number of connections that start the latency scenario's runs: arrivals are scheduled at
+// the nominal rate whatever the starts cost (an open loop), and a start waits for a free connection only when all
+// of them are busy. One connection could not offer more runs per second than the inverse of a start's round trip
+// and commit (before v0.20.0 the scenario used one, and never reached rates above ~150 runs/s on two cores).
+const latencyStarters = 16
+
+// latencyBook pairs each run's scheduled arrival with its run:completed event. The event can arrive before the
+// start call has returned the run's id (a fast run on a slow start), so both sides may be first.
+type latencyBook struct {
+	mu      sync.Mutex
+	arrived map[string]time.Time // run id -> scheduled arrival, completion not seen yet
+	early   map[string]time.Time // run id -> completion seen, start call not returned yet
+	lat     []time.Duration
+}
+
+func (b *latencyBook) started(id string, at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if done, ok := b.early[id]; ok {
+		delete(b.early, id)
+		b.lat = append(b.lat, done.Sub(at))
+		return
+	}
+	b.arrived[id] = at
+}
+
+func (b *latencyBook) completed(id string, at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if t0, ok := b.arrived[id]; ok {
+		delete(b.arrived, id)
+		b.lat = append(b.lat, at.Sub(t0))
+		return
+	}
+	b.early[id] = at
+}
+
+func (b *latencyBook) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.lat)
+}
+
+// runLatency starts one-step runs at a fixed rate (an open loop over latencyStarters connections) and measures
+// start-to-completion latency as a client sees it: from the run's scheduled arrival (so time spent waiting for a
+// free starter counts) to its run:completed event (LISTEN on the 'pgflow' channel), with the database's
+// timestamps as a fallback. The arrival rate achieved is reported next to the one asked for.
 func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress)) (*Result, error) {
 	bf, err := flowFor(ScenarioLatency)
 	if err != nil {
@@ -627,10 +671,8 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 	}
 	n := max(1, int(cfg.Rate*cfg.LatencyDuration.Seconds()))
 	res := &Result{Scenario: ScenarioLatency, Mode: fmt.Sprintf("%g runs/s", cfg.Rate), Runs: n, Tasks: n, Workers: cfg.Workers,
-		MaxConcurrent: cfg.MaxConcurrent, BatchSize: cfg.BatchSize}
-	var mu sync.Mutex
-	startedAt := map[string]time.Time{}
-	var lat []time.Duration
+		MaxConcurrent: cfg.MaxConcurrent, BatchSize: cfg.BatchSize, Starters: latencyStarters}
+	book := &latencyBook{arrived: map[string]time.Time{}, early: map[string]time.Time{}}
 	listener, err := connect(ctx, e.url, "pgflow-listener-bench") // outside appPrefix: it stays open across flushes
 	if err != nil {
 		return nil, err
@@ -657,12 +699,7 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 			if json.Unmarshal([]byte(note.Payload), &ev) != nil || ev.EventType != "run:completed" || ev.FlowSlug != bf.slug {
 				continue
 			}
-			mu.Lock()
-			if t0, ok := startedAt[ev.RunID]; ok {
-				lat = append(lat, now.Sub(t0))
-				delete(startedAt, ev.RunID)
-			}
-			mu.Unlock()
+			book.completed(ev.RunID, now)
 		}
 	}()
 	defer func() { stopListen(); <-listenDone }()
@@ -672,36 +709,24 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 		if err != nil {
 			return err
 		}
-		starter, err := newPool(ctx, e.url, workerApp+"-starter", 1)
+		starter, err := newPool(ctx, e.url, workerApp+"-starter", latencyStarters)
 		if err != nil {
 			return errors.Join(err, ws.stop())
 		}
 		defer starter.Close()
-		interval := time.Duration(float64(time.Second) / cfg.Rate)
-		next := time.Now()
-		var loopErr error
-		for i := range n {
-			if d := time.Until(next); d > 0 {
-				if backoff.Sleep(ctx, d) != nil {
-					loopErr = ctx.Err()
-					break
-				}
-			}
-			next = next.Add(interval)
-			var id string
-			t0 := time.Now()
-			mu.Lock() // the completion event cannot be handled before the start time is recorded
-			err := starter.QueryRow(ctx, `select r.run_id::text from pgflow.start_flow(flow_slug => $1::text, input => $2::jsonb) as r`,
-				bf.slug, string(bf.input)).Scan(&id)
-			if err == nil {
-				startedAt[id] = t0
-			}
-			mu.Unlock()
+		arrivals, elapsed, loopErr := offerArrivals(ctx, n, cfg.Rate, func(ctx context.Context, at time.Time) error {
+			// As Client.StartRun starts a run: start_flow_with_states, its notifications sent after the commit.
+			run, notes, err := sqlapi.StartFlowWithStatesDeferred(ctx, starter, bf.slug, bf.input, "")
 			if err != nil {
-				loopErr = fmt.Errorf("start a run: %w", err)
-				break
+				return fmt.Errorf("start a run: %w", err)
 			}
-			progress(Progress{Phase: "arrivals", Done: int64(i + 1), Total: int64(n), Unit: "runs"})
+			book.started(run.Run.RunID, at)
+			return notes.Send(ctx, starter)
+		}, func(done int) {
+			progress(Progress{Phase: "arrivals", Done: int64(done), Total: int64(n), Unit: "runs"})
+		})
+		if elapsed > 0 {
+			res.ArrivalRate = float64(arrivals) / elapsed.Seconds()
 		}
 		if loopErr == nil {
 			loopErr = e.waitRuns(ctx, bf.slug, int64(n), ws, nil)
@@ -716,23 +741,82 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 	}
 	// Give the listener a moment for the last events, then prefer the client-side latencies when complete.
 	deadline := time.Now().Add(2 * time.Second)
-	for {
-		mu.Lock()
-		got := len(lat)
-		mu.Unlock()
-		if got >= res.RunsCompleted || time.Now().After(deadline) {
-			break
-		}
+	for book.count() < res.RunsCompleted && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	mu.Lock()
-	if len(lat) == res.RunsCompleted && len(lat) > 0 {
-		res.setLatency(lat, "client (start call to run:completed event)")
+	book.mu.Lock()
+	if len(book.lat) == res.RunsCompleted && len(book.lat) > 0 {
+		res.setLatency(book.lat, "client (scheduled arrival to run:completed event)")
 	}
-	mu.Unlock()
+	book.mu.Unlock()
 	res.Seconds = cfg.LatencyDuration.Seconds()
 	res.setCost(cost)
 	return res, nil
+}
+
+// offerArrivals calls start n times at rate per second, each at its scheduled time (start i at i/rate after the
+// first) on up to latencyStarters goroutines at once: a slow start delays only the arrivals that find every
+// starter busy, never the schedule. It returns how many starts returned, the time from the first scheduled
+// arrival to the last start's return, and the first error (which stops further arrivals).
+func offerArrivals(ctx context.Context, n int, rate float64, start func(ctx context.Context, at time.Time) error,
+	progress func(done int)) (int, time.Duration, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	slots := make(chan time.Time, n)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+		done     int
+		last     time.Time
+	)
+	begin := time.Now()
+	for range latencyStarters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for at := range slots {
+				if ctx.Err() != nil {
+					continue
+				}
+				err := start(ctx, at)
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+					cancel()
+				}
+				if err == nil {
+					done++
+					last = time.Now()
+					if done%100 == 0 || done == n {
+						progress(done)
+					}
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	interval := time.Duration(float64(time.Second) / rate)
+	for i := range n {
+		at := begin.Add(time.Duration(i) * interval)
+		if d := time.Until(at); d > 0 {
+			if backoff.Sleep(ctx, d) != nil {
+				break
+			}
+		}
+		slots <- at
+	}
+	close(slots)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = ctx.Err()
+	}
+	if done == 0 {
+		return 0, 0, firstErr
+	}
+	return done, last.Sub(begin), firstErr
 }
 
 // runIdle measures what a worker with nothing to do (configured by wcfg) costs the database: the statements it

@@ -89,7 +89,8 @@ func (t *statementTimer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, d pgx
 	t.mu.Lock()
 	t.n++
 	t.mu.Unlock()
-	if s, ok := ctx.Value(timerKey{}).(*timerStart); ok && s.function == "" {
+	// A batch is timed as the first engine function it calls (a deferred call's batch starts with set_config).
+	if s, ok := ctx.Value(timerKey{}).(*timerStart); ok && (s.function == "" || s.function == "other") {
 		s.function = functionOf(d.SQL)
 	}
 }

@@ -196,8 +196,9 @@ func (c *Completer) flush(batch []*pending) {
 			Output: p.out, Attempt: p.meta.Attempt}
 	}
 	var done []sqlapi.CompletedTask
+	var notes sqlapi.Notifications
 	err := c.retry(c.cfg.Logger, "complete_tasks", func(ctx context.Context) (err error) {
-		done, err = sqlapi.CompleteTasks(ctx, c.cfg.DB, results)
+		done, notes, err = sqlapi.CompleteTasksDeferred(ctx, c.cfg.DB, results)
 		return err
 	})
 	if err != nil {
@@ -206,8 +207,19 @@ func (c *Completer) flush(batch []*pending) {
 		c.oneByOne(batch)
 		return
 	}
+	c.sendNotifications(c.cfg.Logger, notes)
 	for i, p := range batch {
 		p.done <- c.completionOutcome(p.log, p.meta, done[i])
+	}
+}
+
+// sendNotifications delivers what a committed call deferred (sqlapi.Notifications: events and wake-ups sent after
+// the commit, so that concurrent commits are not serialised by PostgreSQL's notification lock). A failure loses
+// only notifications: listeners miss the events, workers find the tasks at their next periodic read.
+func (c *Completer) sendNotifications(log *slog.Logger, notes sqlapi.Notifications) {
+	if err := notes.Send(c.cfg.Calls, c.cfg.DB); err != nil {
+		log.Warn("results recorded, but their notifications were not sent (listeners miss these events; workers find new tasks at their next periodic read)",
+			"error", err)
 	}
 }
 
@@ -259,11 +271,13 @@ func (c *Completer) oneByOne(batch []*pending) {
 // refused it (then nothing was recorded and the task is still to be failed).
 func (c *Completer) completeOne(log *slog.Logger, meta taskrun.Meta, out json.RawMessage) (o observe.Outcome, refused error) {
 	var done []sqlapi.CompletedTask
+	var notes sqlapi.Notifications
 	err := c.retry(log, "complete_tasks", func(ctx context.Context) (err error) {
-		done, err = sqlapi.CompleteTasks(ctx, c.cfg.DB, []sqlapi.TaskResult{{RunID: meta.RunID, StepSlug: meta.StepSlug,
-			TaskIndex: meta.TaskIndex, Output: out, Attempt: meta.Attempt}})
+		done, notes, err = sqlapi.CompleteTasksDeferred(ctx, c.cfg.DB, []sqlapi.TaskResult{{RunID: meta.RunID,
+			StepSlug: meta.StepSlug, TaskIndex: meta.TaskIndex, Output: out, Attempt: meta.Attempt}})
 		return err
 	})
+	c.sendNotifications(log, notes)
 	switch {
 	case err != nil && pgerr.Permanent(err) && !pgerr.Misconfigured(err):
 		// Invalid data or a program limit (jsonb's size or nesting): a verdict on this output, not on the setup.
@@ -312,10 +326,12 @@ func (c *Completer) FailRetryAfter(log *slog.Logger, meta taskrun.Meta, msg stri
 func (c *Completer) fail(log *slog.Logger, meta taskrun.Meta, msg string, permanent bool, retryDelay *time.Duration) observe.Outcome {
 	msg = cleanErrorMessage(msg)
 	var failed sqlapi.FailedTask
+	var notes sqlapi.Notifications
 	err := c.retry(log, "fail_task", func(ctx context.Context) (err error) {
-		failed, err = sqlapi.FailTaskAt(ctx, c.cfg.DB, ref(meta), msg, permanent, retryDelay)
+		failed, notes, err = sqlapi.FailTaskAt(ctx, c.cfg.DB, ref(meta), msg, permanent, retryDelay)
 		return err
 	})
+	c.sendNotifications(log, notes)
 	switch {
 	case err != nil:
 		c.logLost(log, "fail_task", err)

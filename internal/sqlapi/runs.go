@@ -350,6 +350,31 @@ func StartFlowWithStates(ctx context.Context, db DBTX, flowSlug string, input js
 	return decodeRunWithStates(raw)
 }
 
+// StartFlowWithStatesDeferred is StartFlowWithStates with the start's notifications deferred: the start commits
+// without notifying and returns what it owes; the caller sends it (Notifications.Send) once the call returned.
+func StartFlowWithStatesDeferred(ctx context.Context, db Batcher, flowSlug string, input json.RawMessage, runID string) (*RunWithStates, Notifications, error) {
+	var id any
+	if runID != "" {
+		id = runID
+	}
+	var in any
+	if input != nil {
+		in = string(input)
+	}
+	var raw []byte
+	pending, err := deferNotifications(ctx, db, func(b *pgx.Batch) {
+		b.Queue(startFlowWithStatesSQL, flowSlug, in, id).QueryRow(func(row pgx.Row) error { return row.Scan(&raw) })
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	if raw == nil {
+		return nil, pending, fmt.Errorf("pgflow.start_flow_with_states(%q) returned NULL", flowSlug)
+	}
+	r, err := decodeRunWithStates(raw)
+	return r, pending, err
+}
+
 const getRunWithStatesSQL = `select pgflow.get_run_with_states(run_id => $1::uuid)`
 
 // GetRunWithStates reads a run and its step states in one statement. It returns nil, nil for an unknown run id.
@@ -401,21 +426,18 @@ type StartedRun struct {
 	StartedAt time.Time
 }
 
-// StartFlows starts one run of flowSlug per input with pgflow.start_flows (one transaction, one round trip) and
-// returns the runs in input order. runIDs is nil for random ids, else one id per input ("" = random). A nil
-// input is SQL NULL. The call is atomic: on any error no run was started.
-func StartFlows(ctx context.Context, db DBTX, flowSlug string, inputs []json.RawMessage, runIDs []string) ([]StartedRun, error) {
-	if len(inputs) == 0 {
-		return nil, nil
-	}
-	ins := make([]*string, len(inputs))
+const startFlowsSQL = `select r.run_id::text, r.status, r.started_at
+   from pgflow.start_flows(flow_slug => $1::text, inputs => $2::jsonb[], run_ids => $3::uuid[]) as r`
+
+// startFlowsArgs are start_flows' array arguments: SQL NULL for a nil input and for an empty run id.
+func startFlowsArgs(inputs []json.RawMessage, runIDs []string) (ins []*string, ids any) {
+	ins = make([]*string, len(inputs))
 	for i, in := range inputs {
 		if in != nil {
 			s := string(in)
 			ins[i] = &s
 		}
 	}
-	var ids any
 	if runIDs != nil {
 		arr := make([]*string, len(runIDs))
 		for i := range runIDs {
@@ -425,10 +447,38 @@ func StartFlows(ctx context.Context, db DBTX, flowSlug string, inputs []json.Raw
 		}
 		ids = arr
 	}
-	rows, err := db.Query(ctx,
-		`select r.run_id::text, r.status, r.started_at
-		   from pgflow.start_flows(flow_slug => $1::text, inputs => $2::jsonb[], run_ids => $3::uuid[]) as r`,
-		flowSlug, ins, ids)
+	return ins, ids
+}
+
+// StartFlowsDeferred is StartFlows with the starts' notifications deferred (see Notifications): the caller sends
+// them once the call returned.
+func StartFlowsDeferred(ctx context.Context, db Batcher, flowSlug string, inputs []json.RawMessage, runIDs []string) ([]StartedRun, Notifications, error) {
+	if len(inputs) == 0 {
+		return nil, "", nil
+	}
+	ins, ids := startFlowsArgs(inputs, runIDs)
+	var runs []StartedRun
+	pending, err := deferNotifications(ctx, db, func(b *pgx.Batch) {
+		b.Queue(startFlowsSQL, flowSlug, ins, ids).Query(func(rows pgx.Rows) (err error) {
+			runs, err = pgx.CollectRows(rows, pgx.RowToStructByPos[StartedRun])
+			return err
+		})
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("pgflow.start_flows(flow %q, %d runs): %w", flowSlug, len(inputs), err)
+	}
+	return runs, pending, nil
+}
+
+// StartFlows starts one run of flowSlug per input with pgflow.start_flows (one transaction, one round trip) and
+// returns the runs in input order. runIDs is nil for random ids, else one id per input ("" = random). A nil
+// input is SQL NULL. The call is atomic: on any error no run was started.
+func StartFlows(ctx context.Context, db DBTX, flowSlug string, inputs []json.RawMessage, runIDs []string) ([]StartedRun, error) {
+	if len(inputs) == 0 {
+		return nil, nil
+	}
+	ins, ids := startFlowsArgs(inputs, runIDs)
+	rows, err := db.Query(ctx, startFlowsSQL, flowSlug, ins, ids)
 	if err != nil {
 		return nil, fmt.Errorf("pgflow.start_flows(flow %q, %d runs): %w", flowSlug, len(inputs), err)
 	}

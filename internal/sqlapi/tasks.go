@@ -335,6 +335,42 @@ func CompleteTasks(ctx context.Context, db DBTX, results []TaskResult) ([]Comple
 	if len(results) == 0 {
 		return nil, nil
 	}
+	args := completeTasksArgs(results)
+	rows, err := db.Query(ctx, completeTasksSQL, args...)
+	if err != nil {
+		return nil, completeTasksErr(results, err)
+	}
+	done, err := scanCompletedTasks(rows, len(results))
+	if err != nil {
+		return nil, completeTasksErr(results, err)
+	}
+	return done, nil
+}
+
+// CompleteTasksDeferred is CompleteTasks with the call's notifications (events, wakes of the workers of dependent
+// steps) deferred (see Notifications): the caller sends them once the call returned.
+func CompleteTasksDeferred(ctx context.Context, db Batcher, results []TaskResult) ([]CompletedTask, Notifications, error) {
+	if len(results) == 0 {
+		return nil, "", nil
+	}
+	var done []CompletedTask
+	pending, err := deferNotifications(ctx, db, func(b *pgx.Batch) {
+		b.Queue(completeTasksSQL, completeTasksArgs(results)...).Query(func(rows pgx.Rows) (err error) {
+			done, err = scanCompletedTasks(rows, len(results))
+			return err
+		})
+	})
+	if err != nil {
+		return nil, "", completeTasksErr(results, err)
+	}
+	return done, pending, nil
+}
+
+const completeTasksSQL = `select t.task_position, t.task_status, t.outcome
+   from pgflow.complete_tasks(run_ids => $1::uuid[], step_slugs => $2::text[], task_indexes => $3::integer[],
+                              outputs => $4::jsonb[], attempts => $5::integer[]) as t`
+
+func completeTasksArgs(results []TaskResult) []any {
 	runs := make([]string, len(results))
 	steps := make([]string, len(results))
 	idx := make([]int32, len(results))
@@ -347,24 +383,25 @@ func CompleteTasks(ctx context.Context, db DBTX, results []TaskResult) ([]Comple
 			attempts[i] = &a
 		}
 	}
-	rows, err := db.Query(ctx,
-		`select t.task_position, t.task_status, t.outcome
-		   from pgflow.complete_tasks(run_ids => $1::uuid[], step_slugs => $2::text[], task_indexes => $3::integer[],
-		                              outputs => $4::jsonb[], attempts => $5::integer[]) as t`,
-		runs, steps, idx, outs, attempts)
-	if err != nil {
-		return nil, fmt.Errorf("pgflow.complete_tasks(%d tasks, first: run %s, step %q, task %d): %w",
-			len(results), runs[0], steps[0], idx[0], err)
-	}
-	done := make([]CompletedTask, len(results))
+	return []any{runs, steps, idx, outs, attempts}
+}
+
+func completeTasksErr(results []TaskResult, err error) error {
+	r := results[0]
+	return fmt.Errorf("pgflow.complete_tasks(%d tasks, first: run %s, step %q, task %d): %w",
+		len(results), r.RunID, r.StepSlug, r.TaskIndex, err)
+}
+
+func scanCompletedTasks(rows pgx.Rows, n int) ([]CompletedTask, error) {
+	done := make([]CompletedTask, n)
 	var pos int32
 	var status, outcome *string
-	n := 0
-	_, err = pgx.ForEachRow(rows, []any{&pos, &status, &outcome}, func() error {
-		if pos < 1 || int(pos) > len(results) {
+	seen := 0
+	_, err := pgx.ForEachRow(rows, []any{&pos, &status, &outcome}, func() error {
+		if pos < 1 || int(pos) > n {
 			return fmt.Errorf("position %d out of range", pos)
 		}
-		n++
+		seen++
 		if status != nil {
 			done[pos-1].Status = *status
 		}
@@ -374,12 +411,11 @@ func CompleteTasks(ctx context.Context, db DBTX, results []TaskResult) ([]Comple
 		}
 		return nil
 	})
-	if err == nil && n != len(results) {
-		err = fmt.Errorf("%d rows for %d tasks", n, len(results))
+	if err == nil && seen != n {
+		err = fmt.Errorf("%d rows for %d tasks", seen, n)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("pgflow.complete_tasks(%d tasks, first: run %s, step %q, task %d): %w",
-			len(results), runs[0], steps[0], idx[0], err)
+		return nil, err
 	}
 	return done, nil
 }
@@ -410,7 +446,7 @@ type FailedTask struct {
 // which every state change but recovery's takes first, and the outcome compares both:
 // recorded when the task was started at ref.Attempt before and fail_task moved it on without a recovery in
 // between; stale when another attempt is current or recovery took the task back; ignored otherwise.
-func FailTaskAt(ctx context.Context, db Batcher, ref TaskRef, errorMessage string, permanent bool, retryDelay *time.Duration) (FailedTask, error) {
+func FailTaskAt(ctx context.Context, db Batcher, ref TaskRef, errorMessage string, permanent bool, retryDelay *time.Duration) (FailedTask, Notifications, error) {
 	type taskState struct {
 		status             string
 		attempts, requeued int
@@ -418,48 +454,49 @@ func FailTaskAt(ctx context.Context, db Batcher, ref TaskRef, errorMessage strin
 	}
 	var before, after taskState
 	var haveBefore, haveAfter bool
-	var b pgx.Batch
-	b.Queue(`select t.status, t.attempts_count, t.requeued_count, t.permanently_stalled_at is not null
-	           from pgflow.runs as r
-	           join pgflow.step_tasks as t on t.run_id = r.run_id
-	          where r.run_id = $1::uuid and t.step_slug = $2::text and t.task_index = $3::integer
-	            for update of r`,
-		ref.RunID, ref.StepSlug, ref.TaskIndex).Query(func(rows pgx.Rows) error {
-		_, err := pgx.ForEachRow(rows, []any{&before.status, &before.attempts, &before.requeued, &before.permanentlyStalled}, func() error {
-			haveBefore = true
-			return nil
-		})
-		return err
-	})
-	// Without a retry delay the call leaves retry_delay out (its default, the step's backoff).
 	failSQL := `select t.status, t.attempts_count, t.requeued_count, t.permanently_stalled_at is not null
 	           from pgflow.fail_task(run_id => $1::uuid, step_slug => $2::text, task_index => $3::integer,
 	                                 error_message => $4::text, attempt => $5::integer, permanent => $6::boolean) as t`
 	args := []any{ref.RunID, ref.StepSlug, ref.TaskIndex, errorMessage, ref.Attempt, permanent}
 	if s := delaySeconds(retryDelay); s != nil {
+		// Without a retry delay the call leaves retry_delay out (its default, the step's backoff).
 		failSQL = `select t.status, t.attempts_count, t.requeued_count, t.permanently_stalled_at is not null
 	           from pgflow.fail_task(run_id => $1::uuid, step_slug => $2::text, task_index => $3::integer,
 	                                 error_message => $4::text, attempt => $5::integer, permanent => $6::boolean,
 	                                 retry_delay => $7::integer) as t`
 		args = append(args, *s)
 	}
-	b.Queue(failSQL, args...).Query(func(rows pgx.Rows) error {
-		_, err := pgx.ForEachRow(rows, []any{&after.status, &after.attempts, &after.requeued, &after.permanentlyStalled}, func() error {
-			haveAfter = true
-			return nil
+	pending, err := deferNotifications(ctx, db, func(b *pgx.Batch) {
+		b.Queue(`select t.status, t.attempts_count, t.requeued_count, t.permanently_stalled_at is not null
+	           from pgflow.runs as r
+	           join pgflow.step_tasks as t on t.run_id = r.run_id
+	          where r.run_id = $1::uuid and t.step_slug = $2::text and t.task_index = $3::integer
+	            for update of r`,
+			ref.RunID, ref.StepSlug, ref.TaskIndex).Query(func(rows pgx.Rows) error {
+			_, err := pgx.ForEachRow(rows, []any{&before.status, &before.attempts, &before.requeued, &before.permanentlyStalled}, func() error {
+				haveBefore = true
+				return nil
+			})
+			return err
 		})
-		return err
+		b.Queue(failSQL, args...).Query(func(rows pgx.Rows) error {
+			_, err := pgx.ForEachRow(rows, []any{&after.status, &after.attempts, &after.requeued, &after.permanentlyStalled}, func() error {
+				haveAfter = true
+				return nil
+			})
+			return err
+		})
 	})
-	if err := db.SendBatch(ctx, &b).Close(); err != nil {
+	if err != nil {
 		delay := "default"
 		if s := delaySeconds(retryDelay); s != nil {
 			delay = fmt.Sprintf("%ds", *s)
 		}
-		return FailedTask{}, fmt.Errorf("pgflow.fail_task(run %s, step %q, task %d, attempt %d, permanent %t, retry delay %s): %w",
+		return FailedTask{}, "", fmt.Errorf("pgflow.fail_task(run %s, step %q, task %d, attempt %d, permanent %t, retry delay %s): %w",
 			ref.RunID, ref.StepSlug, ref.TaskIndex, ref.Attempt, permanent, delay, err)
 	}
 	if !haveBefore || !haveAfter {
-		return FailedTask{Outcome: OutcomeUnknown}, nil
+		return FailedTask{Outcome: OutcomeUnknown}, pending, nil
 	}
 	res := FailedTask{Status: after.status, CurrentAttempt: after.attempts}
 	recovered := after.requeued != before.requeued || (after.permanentlyStalled && !before.permanentlyStalled)
@@ -471,7 +508,7 @@ func FailTaskAt(ctx context.Context, db Batcher, ref TaskRef, errorMessage strin
 	default:
 		res.Outcome = OutcomeIgnored
 	}
-	return res, nil
+	return res, pending, nil
 }
 
 // delaySeconds is fail_task's retry_delay for d: nil (the step's backoff) when d is nil, else whole seconds

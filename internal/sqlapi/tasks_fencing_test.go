@@ -66,7 +66,7 @@ func TestFencedCompleteFailAndRelease(t *testing.T) {
 	_, n, err := sqlapi.RequeueStalledTasks(ctx, db.Pool)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	failed, err := sqlapi.FailTaskAt(ctx, db.Pool, ref1, "late", false, nil)
+	failed, _, err := sqlapi.FailTaskAt(ctx, db.Pool, ref1, "late", false, nil)
 	require.NoError(t, err)
 	require.Equal(t, sqlapi.OutcomeStale, failed.Outcome)
 	require.Equal(t, "queued", failed.Status)
@@ -82,7 +82,7 @@ func TestFencedCompleteFailAndRelease(t *testing.T) {
 	done, err := sqlapi.CompleteTasks(ctx, db.Pool, []sqlapi.TaskResult{{RunID: first.RunID, StepSlug: "only", Output: json.RawMessage(`1`), Attempt: 1}})
 	require.NoError(t, err)
 	require.Equal(t, sqlapi.OutcomeStale, done[0].Outcome)
-	failed, err = sqlapi.FailTaskAt(ctx, db.Pool, ref1, "late", true, nil)
+	failed, _, err = sqlapi.FailTaskAt(ctx, db.Pool, ref1, "late", true, nil)
 	require.NoError(t, err)
 	require.Equal(t, sqlapi.FailedTask{Status: "started", Outcome: sqlapi.OutcomeStale, CurrentAttempt: 2}, failed)
 	released, err := sqlapi.ReleaseTasks(ctx, db.Pool, []sqlapi.TaskRef{ref1})
@@ -99,7 +99,7 @@ func TestFencedCompleteFailAndRelease(t *testing.T) {
 	require.Equal(t, 2, third[0].Attempt)
 
 	// Attempt 2 fails with attempts left: recorded, queued for a retry.
-	failed, err = sqlapi.FailTaskAt(ctx, db.Pool, ref2, "boom", false, nil)
+	failed, _, err = sqlapi.FailTaskAt(ctx, db.Pool, ref2, "boom", false, nil)
 	require.NoError(t, err)
 	require.Equal(t, sqlapi.FailedTask{Status: "queued", Outcome: sqlapi.OutcomeRecorded, CurrentAttempt: 2}, failed)
 	_, err = db.Pool.Exec(ctx, `select pgmq.set_vt('fenced', $1, 0)`, first.MsgID)
@@ -111,12 +111,12 @@ func TestFencedCompleteFailAndRelease(t *testing.T) {
 	ref3.Attempt = 3
 
 	// A permanent failure of attempt 3 fails the task although a fourth attempt is allowed.
-	failed, err = sqlapi.FailTaskAt(ctx, db.Pool, ref3, "bad input", true, nil)
+	failed, _, err = sqlapi.FailTaskAt(ctx, db.Pool, ref3, "bad input", true, nil)
 	require.NoError(t, err)
 	require.Equal(t, sqlapi.FailedTask{Status: "failed", Outcome: sqlapi.OutcomeRecorded, CurrentAttempt: 3}, failed)
 
 	// Unknown tasks.
-	failed, err = sqlapi.FailTaskAt(ctx, db.Pool, sqlapi.TaskRef{RunID: "33333333-3333-4333-8333-333333333333", StepSlug: "only", Attempt: 1}, "x", false, nil)
+	failed, _, err = sqlapi.FailTaskAt(ctx, db.Pool, sqlapi.TaskRef{RunID: "33333333-3333-4333-8333-333333333333", StepSlug: "only", Attempt: 1}, "x", false, nil)
 	require.NoError(t, err)
 	require.Equal(t, sqlapi.OutcomeUnknown, failed.Outcome)
 	done, err = sqlapi.CompleteTasks(ctx, db.Pool, []sqlapi.TaskResult{{RunID: "33333333-3333-4333-8333-333333333333", StepSlug: "only", Output: json.RawMessage(`1`), Attempt: 1}})

@@ -43,7 +43,7 @@ func TestListRunTasks(t *testing.T) {
 	require.Len(t, claimed, 2)
 	_, err = sqlapi.CompleteTasks(ctx, db.Pool, []sqlapi.TaskResult{{RunID: runID, StepSlug: "each", TaskIndex: 0, Output: json.RawMessage(`"X"`), Attempt: 1}})
 	require.NoError(t, err)
-	_, err = sqlapi.FailTaskAt(ctx, db.Pool, sqlapi.TaskRef{RunID: runID, StepSlug: "each", TaskIndex: 1, Attempt: 1}, "boom", false, nil)
+	_, _, err = sqlapi.FailTaskAt(ctx, db.Pool, sqlapi.TaskRef{RunID: runID, StepSlug: "each", TaskIndex: 1, Attempt: 1}, "boom", false, nil)
 	require.NoError(t, err)
 
 	tasks, err = sqlapi.ListRunTasks(ctx, db.Pool, sqlapi.ListRunTasksParams{RunID: runID})

@@ -127,7 +127,7 @@ func TestReadClaimCompleteAndAttempts(t *testing.T) {
 	require.Empty(t, again)
 
 	// Fail once: the task is queued again; make it visible, claim it again: attempt 2.
-	failed, err := sqlapi.FailTaskAt(ctx, db.Pool, sqlapi.TaskRef{RunID: runID, StepSlug: "only", Attempt: 1}, "first try failed", false, nil)
+	failed, _, err := sqlapi.FailTaskAt(ctx, db.Pool, sqlapi.TaskRef{RunID: runID, StepSlug: "only", Attempt: 1}, "first try failed", false, nil)
 	require.NoError(t, err)
 	require.Equal(t, sqlapi.FailedTask{Status: "queued", Outcome: sqlapi.OutcomeRecorded, CurrentAttempt: 1}, failed)
 	_, err = db.Pool.Exec(ctx, `select pgmq.set_vt('claims', $1, 0)`, msgs[0].ID)

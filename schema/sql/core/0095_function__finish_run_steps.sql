@@ -76,8 +76,8 @@ begin
       perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
     end if;
     if v_queue.had_started then
-      perform pg_notify('pgflow:queue:' || v_queue.queue_name,
-                        '{"cancel_run":"' || _finish_run_steps.run_id::text || '"}');
+      perform pgflow._notify(array['pgflow:queue:' || v_queue.queue_name],
+                             array['{"cancel_run":"' || _finish_run_steps.run_id::text || '"}']);
     end if;
   end loop;
 

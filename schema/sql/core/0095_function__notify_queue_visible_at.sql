@@ -10,10 +10,10 @@ begin
   end if;
   -- Every distinct time is announced: a worker keeps all of them, so a message due later than another one of the
   -- same transaction is not left to its periodic read. PostgreSQL folds identical notifications of a transaction.
-  perform pg_catalog.pg_notify(
-    'pgflow:queue:' || _notify_queue_visible_at.queue_name,
-    '{"visible_at":"' || pg_catalog.to_char(_notify_queue_visible_at.visible_at at time zone 'UTC',
-                                             'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"}');
+  perform pgflow._notify(
+    array['pgflow:queue:' || _notify_queue_visible_at.queue_name],
+    array['{"visible_at":"' || pg_catalog.to_char(_notify_queue_visible_at.visible_at at time zone 'UTC',
+                                                   'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"}']);
 end;
 $$;
 

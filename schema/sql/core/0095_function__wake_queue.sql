@@ -25,9 +25,9 @@ begin
    order by pg_catalog.random()
    limit 1;
   if v_worker is null then
-    perform pg_catalog.pg_notify('pgflow:queue:' || _wake_queue.queue_name, '');
+    perform pgflow._notify(array['pgflow:queue:' || _wake_queue.queue_name], array['']);
   else
-    perform pg_catalog.pg_notify('pgflow:w:' || v_worker::text, '');
+    perform pgflow._notify(array['pgflow:w:' || v_worker::text], array['']);
   end if;
 end;
 $$;
@@ -46,8 +46,10 @@ were just sent to that queue (or made visible again) with the given delay.
     2 s; a Go worker that cannot take everything it was woken for passes the wake on to the queue channel).
   * Delay above 0: pgflow._notify_queue_visible_at with clock_timestamp() + delay, which is never earlier than the
     visibility the messages got a moment before (a broadcast on the queue channel: every worker keeps the time).
-The functions that send task messages (start_ready_steps, _start_ready_steps_batch, retry_run) wake workers through
-it; fail_task announces its message's exact retry time itself. Notifications go out at commit; PostgreSQL folds
-identical ones of a transaction (two calls of one transaction may choose two workers). Needs SELECT on
+Every notification goes through pgflow._notify (so a transaction that defers its notifications gets these back
+too). The functions that send task messages (start_ready_steps, _start_ready_steps_batch, retry_run) wake workers
+through it; fail_task announces its message's exact retry time itself. Notifications go out at commit (or after
+it, when deferred); PostgreSQL folds identical ones of a transaction (two calls of one transaction may choose two
+workers). Needs SELECT on
 pgflow.workers (pgflow_worker has it; the SECURITY DEFINER start functions run as the owner).
 $doc$;

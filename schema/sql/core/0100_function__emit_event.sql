@@ -19,8 +19,7 @@ begin
       (select r.flow_slug from pgflow.runs as r where r.run_id = _emit_event.run_id))
   ))::text;
 
-  perform pg_notify('pgflow', v_envelope);
-  perform pg_notify(v_topic, v_envelope);
+  perform pgflow._notify(array['pgflow', v_topic], array[v_envelope, v_envelope]);
 
   if pgflow._trusted_realtime_send() is not null then
     execute 'select realtime.send($1, $2, $3, $4)'
@@ -33,7 +32,8 @@ comment on function pgflow._emit_event(payload jsonb, event text, run_id uuid) i
 pgflow._emit_event(payload, event, run_id) guarantees:
   * the event is published inside the caller's transaction, so listeners see it only if the state change that
     caused it commits, and in the order the functions emitted it;
-  * pg_notify on the global channel 'pgflow' and on the per-run channel 'pgflow:run:<run_id>' with a small
+  * a notification (pgflow._notify: pg_notify, or deferred when the transaction asks) on the global channel
+    'pgflow' and on the per-run channel 'pgflow:run:<run_id>' with a small
     JSON envelope {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"}; the
     envelope never carries inputs or outputs, so it always stays far below pg_notify's 8000-byte limit
     (slugs are at most 128 characters: the envelope is under 700 bytes);

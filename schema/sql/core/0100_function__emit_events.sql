@@ -4,15 +4,19 @@ language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+  v_channels  text[];
+  v_envelopes text[];
 begin
   if _emit_events.payloads is null or cardinality(_emit_events.payloads) = 0 then
     return;
   end if;
 
-  -- pg_notify is volatile, so the planner evaluates it after the sort: notifications go out in ORDER BY order.
   -- The envelope is written as text, byte for byte what jsonb_strip_nulls(jsonb_build_object(...))::text gives
-  -- (keys in jsonb's order: by length, then bytes; NULL members left out), at about half the cost.
-  perform pg_notify(c.channel, e.envelope)
+  -- (keys in jsonb's order: by length, then bytes; NULL members left out), at about half the cost. One call of
+  -- pgflow._notify sends them all, in the order of the arrays.
+  select array_agg(c.channel order by e.pos, c.k), array_agg(e.envelope order by e.pos, c.k)
+    into v_channels, v_envelopes
      from (
        select x.pos,
               x.run_id,
@@ -39,8 +43,8 @@ begin
              from unnest(_emit_events.payloads) with ordinality as u (p, pos)
          ) as x
      ) as e
-     cross join lateral (values (1, 'pgflow'), (2, 'pgflow:run:' || e.run_id::text)) as c (k, channel)
-    order by e.pos, c.k;
+     cross join lateral (values (1, 'pgflow'), (2, 'pgflow:run:' || e.run_id::text)) as c (k, channel);
+  perform pgflow._notify(v_channels, v_envelopes);
 
   if pgflow._trusted_realtime_send() is not null then
     execute 'select realtime.send(
@@ -63,7 +67,8 @@ pgflow._emit_events(payloads) guarantees: the same as calling pgflow._emit_event
 every payload, in array order, with event = payload.event_type for run events and
 'step:<step_slug>:<what>' for step events (event_type 'step:<what>'), and run_id = payload.run_id:
   * published inside the caller's transaction (seen by listeners only if it commits), in array order;
-  * per payload, pg_notify on 'pgflow' and on 'pgflow:run:<run_id>' with the same small envelope as
+  * per payload, a notification (pgflow._notify: pg_notify, or deferred when the transaction asks) on 'pgflow'
+    and on 'pgflow:run:<run_id>' with the same small envelope as
     _emit_event {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"};
   * when a trusted realtime.send(jsonb, text, text, boolean) exists (pgflow._trusted_realtime_send), every full payload also goes to
     realtime.send(payload, event, 'pgflow:run:<run_id>', false), in array order (one dynamic statement);

@@ -9,6 +9,7 @@ returns setof pgflow.step_tasks
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_run         pgflow.runs;

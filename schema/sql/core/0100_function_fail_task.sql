@@ -11,6 +11,7 @@ returns setof pgflow.step_tasks
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_run            pgflow.runs;
@@ -115,7 +116,7 @@ begin
     -- Wake the workers of the queue: now, or when the message becomes visible.
     if v_task.message_id is not null then
       if v_delay = 0 then
-        perform pg_notify('pgflow:queue:' || v_task.queue_name, '');
+        perform pgflow._notify(array['pgflow:queue:' || v_task.queue_name], array['']);
       else
         perform pgflow._notify_queue_visible_at(v_task.queue_name, v_retry_at);
       end if;

@@ -4,6 +4,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_run_id uuid;

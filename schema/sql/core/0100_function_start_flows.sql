@@ -3,6 +3,7 @@ returns setof pgflow.runs
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_n          integer := coalesce(cardinality(start_flows.inputs), 0);

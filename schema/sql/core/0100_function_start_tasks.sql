@@ -8,6 +8,7 @@ returns setof pgflow.step_task_record
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_queue_name text;

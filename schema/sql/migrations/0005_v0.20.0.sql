@@ -298,6 +298,50 @@ pgflow._step_queue_name unambiguous. NULL slugs pass (the slug CHECK constraints
 $doc$;
 -- end generated
 
+-- generated from sql/core: 0090_function__notify.sql
+create or replace function pgflow._notify(channels text[], payloads text[])
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if coalesce(cardinality(_notify.channels), 0) = 0 then
+    return;
+  end if;
+  -- PostgreSQL serialises the commits of notifying transactions with one cluster-wide lock that each holds through
+  -- its commit's WAL flush, so notifying transactions cannot share a flush. A caller that sets
+  -- pgflow.defer_notifications for its transaction takes the notifications back instead (the transaction-local
+  -- setting pgflow.deferred_notifications) and sends them itself after its commit, in a transaction that writes
+  -- nothing and need not wait for a flush.
+  if pg_catalog.current_setting('pgflow.defer_notifications', true) = 'on' then
+    perform pg_catalog.set_config('pgflow.deferred_notifications',
+      (coalesce(nullif(pg_catalog.current_setting('pgflow.deferred_notifications', true), ''), '[]')::jsonb
+        || coalesce((select pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(n.channel, n.payload) order by n.pos)
+                       from unnest(_notify.channels, _notify.payloads) with ordinality as n (channel, payload, pos)),
+                    '[]'::jsonb))::text,
+      true);
+    return;
+  end if;
+  -- pg_notify is volatile, so the planner evaluates it after the sort: notifications go out in array order.
+  perform pg_catalog.pg_notify(n.channel, n.payload)
+     from unnest(_notify.channels, _notify.payloads) with ordinality as n (channel, payload, pos)
+    order by n.pos;
+end;
+$$;
+
+comment on function pgflow._notify(channels text[], payloads text[]) is $doc$
+pgflow._notify(channels, payloads) guarantees (v0.20.0; every notification of the schema goes through it):
+  * by default, pg_notify(channels[i], payloads[i]) for every i, in array order, inside the caller's transaction
+    (delivered only if it commits; PostgreSQL folds identical notifications of a transaction);
+  * when the transaction has set pgflow.defer_notifications to 'on' (set_config(..., true)), nothing is notified:
+    the pairs are appended, in order, to the transaction-local setting pgflow.deferred_notifications, a JSON array
+    of [channel, payload] arrays, which the caller reads before it commits and sends after the commit
+    (the Go client and worker do, with synchronous_commit off). The caller then owns delivery: a notification it does not send is lost;
+  * NULL or empty arrays do nothing; the arrays are paired by position (unnest), so they should be equally long.
+$doc$;
+-- end generated
+
 -- generated from sql/core: 0090_function__trusted_realtime_send.sql
 create or replace function pgflow._trusted_realtime_send()
 returns regprocedure
@@ -535,8 +579,8 @@ begin
       perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
     end if;
     if v_queue.had_started then
-      perform pg_notify('pgflow:queue:' || v_queue.queue_name,
-                        '{"cancel_run":"' || _finish_run_steps.run_id::text || '"}');
+      perform pgflow._notify(array['pgflow:queue:' || v_queue.queue_name],
+                             array['{"cancel_run":"' || _finish_run_steps.run_id::text || '"}']);
     end if;
   end loop;
 
@@ -578,10 +622,10 @@ begin
   end if;
   -- Every distinct time is announced: a worker keeps all of them, so a message due later than another one of the
   -- same transaction is not left to its periodic read. PostgreSQL folds identical notifications of a transaction.
-  perform pg_catalog.pg_notify(
-    'pgflow:queue:' || _notify_queue_visible_at.queue_name,
-    '{"visible_at":"' || pg_catalog.to_char(_notify_queue_visible_at.visible_at at time zone 'UTC',
-                                             'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"}');
+  perform pgflow._notify(
+    array['pgflow:queue:' || _notify_queue_visible_at.queue_name],
+    array['{"visible_at":"' || pg_catalog.to_char(_notify_queue_visible_at.visible_at at time zone 'UTC',
+                                                   'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"}']);
 end;
 $$;
 
@@ -625,9 +669,9 @@ begin
    order by pg_catalog.random()
    limit 1;
   if v_worker is null then
-    perform pg_catalog.pg_notify('pgflow:queue:' || _wake_queue.queue_name, '');
+    perform pgflow._notify(array['pgflow:queue:' || _wake_queue.queue_name], array['']);
   else
-    perform pg_catalog.pg_notify('pgflow:w:' || v_worker::text, '');
+    perform pgflow._notify(array['pgflow:w:' || v_worker::text], array['']);
   end if;
 end;
 $$;
@@ -646,9 +690,11 @@ were just sent to that queue (or made visible again) with the given delay.
     2 s; a Go worker that cannot take everything it was woken for passes the wake on to the queue channel).
   * Delay above 0: pgflow._notify_queue_visible_at with clock_timestamp() + delay, which is never earlier than the
     visibility the messages got a moment before (a broadcast on the queue channel: every worker keeps the time).
-The functions that send task messages (start_ready_steps, _start_ready_steps_batch, retry_run) wake workers through
-it; fail_task announces its message's exact retry time itself. Notifications go out at commit; PostgreSQL folds
-identical ones of a transaction (two calls of one transaction may choose two workers). Needs SELECT on
+Every notification goes through pgflow._notify (so a transaction that defers its notifications gets these back
+too). The functions that send task messages (start_ready_steps, _start_ready_steps_batch, retry_run) wake workers
+through it; fail_task announces its message's exact retry time itself. Notifications go out at commit (or after
+it, when deferred); PostgreSQL folds identical ones of a transaction (two calls of one transaction may choose two
+workers). Needs SELECT on
 pgflow.workers (pgflow_worker has it; the SECURITY DEFINER start functions run as the owner).
 $doc$;
 -- end generated
@@ -735,8 +781,7 @@ begin
       (select r.flow_slug from pgflow.runs as r where r.run_id = _emit_event.run_id))
   ))::text;
 
-  perform pg_notify('pgflow', v_envelope);
-  perform pg_notify(v_topic, v_envelope);
+  perform pgflow._notify(array['pgflow', v_topic], array[v_envelope, v_envelope]);
 
   if pgflow._trusted_realtime_send() is not null then
     execute 'select realtime.send($1, $2, $3, $4)'
@@ -749,7 +794,8 @@ comment on function pgflow._emit_event(payload jsonb, event text, run_id uuid) i
 pgflow._emit_event(payload, event, run_id) guarantees:
   * the event is published inside the caller's transaction, so listeners see it only if the state change that
     caused it commits, and in the order the functions emitted it;
-  * pg_notify on the global channel 'pgflow' and on the per-run channel 'pgflow:run:<run_id>' with a small
+  * a notification (pgflow._notify: pg_notify, or deferred when the transaction asks) on the global channel
+    'pgflow' and on the per-run channel 'pgflow:run:<run_id>' with a small
     JSON envelope {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"}; the
     envelope never carries inputs or outputs, so it always stays far below pg_notify's 8000-byte limit
     (slugs are at most 128 characters: the envelope is under 700 bytes);
@@ -767,15 +813,19 @@ language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+  v_channels  text[];
+  v_envelopes text[];
 begin
   if _emit_events.payloads is null or cardinality(_emit_events.payloads) = 0 then
     return;
   end if;
 
-  -- pg_notify is volatile, so the planner evaluates it after the sort: notifications go out in ORDER BY order.
   -- The envelope is written as text, byte for byte what jsonb_strip_nulls(jsonb_build_object(...))::text gives
-  -- (keys in jsonb's order: by length, then bytes; NULL members left out), at about half the cost.
-  perform pg_notify(c.channel, e.envelope)
+  -- (keys in jsonb's order: by length, then bytes; NULL members left out), at about half the cost. One call of
+  -- pgflow._notify sends them all, in the order of the arrays.
+  select array_agg(c.channel order by e.pos, c.k), array_agg(e.envelope order by e.pos, c.k)
+    into v_channels, v_envelopes
      from (
        select x.pos,
               x.run_id,
@@ -802,8 +852,8 @@ begin
              from unnest(_emit_events.payloads) with ordinality as u (p, pos)
          ) as x
      ) as e
-     cross join lateral (values (1, 'pgflow'), (2, 'pgflow:run:' || e.run_id::text)) as c (k, channel)
-    order by e.pos, c.k;
+     cross join lateral (values (1, 'pgflow'), (2, 'pgflow:run:' || e.run_id::text)) as c (k, channel);
+  perform pgflow._notify(v_channels, v_envelopes);
 
   if pgflow._trusted_realtime_send() is not null then
     execute 'select realtime.send(
@@ -826,7 +876,8 @@ pgflow._emit_events(payloads) guarantees: the same as calling pgflow._emit_event
 every payload, in array order, with event = payload.event_type for run events and
 'step:<step_slug>:<what>' for step events (event_type 'step:<what>'), and run_id = payload.run_id:
   * published inside the caller's transaction (seen by listeners only if it commits), in array order;
-  * per payload, pg_notify on 'pgflow' and on 'pgflow:run:<run_id>' with the same small envelope as
+  * per payload, a notification (pgflow._notify: pg_notify, or deferred when the transaction asks) on 'pgflow'
+    and on 'pgflow:run:<run_id>' with the same small envelope as
     _emit_event {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"};
   * when a trusted realtime.send(jsonb, text, text, boolean) exists (pgflow._trusted_realtime_send), every full payload also goes to
     realtime.send(payload, event, 'pgflow:run:<run_id>', false), in array order (one dynamic statement);
@@ -1580,6 +1631,7 @@ returns setof pgflow.step_tasks
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_run         pgflow.runs;
@@ -2445,6 +2497,7 @@ returns setof pgflow.step_tasks
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_run            pgflow.runs;
@@ -2549,7 +2602,7 @@ begin
     -- Wake the workers of the queue: now, or when the message becomes visible.
     if v_task.message_id is not null then
       if v_delay = 0 then
-        perform pg_notify('pgflow:queue:' || v_task.queue_name, '');
+        perform pgflow._notify(array['pgflow:queue:' || v_task.queue_name], array['']);
       else
         perform pgflow._notify_queue_visible_at(v_task.queue_name, v_retry_at);
       end if;
@@ -3364,6 +3417,7 @@ returns setof pgflow.step_task_record
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
 as $$
 declare
   v_queue_name text;
@@ -3546,7 +3600,8 @@ visibility timeouts.
 $doc$;
 -- end generated
 
--- Roles that may claim tasks (start_tasks) may also read and claim in one call.
+-- Roles that may claim tasks (start_tasks) may also read and claim in one call, and notify through pgflow._notify
+-- (every notification of the engine goes through it).
 do $read_grants$
 declare
   v_grantee text;
@@ -3561,7 +3616,8 @@ begin
        and a.grantee <> p.proowner
   loop
     execute format('grant execute on function pgflow.read_and_start_tasks(text, text, uuid, integer, integer), '
-                   'pgflow._claim_tasks(text, text, bigint[], uuid), pgflow._claimed_task_records(tid[]) to %s',
+                   'pgflow._claim_tasks(text, text, bigint[], uuid), pgflow._claimed_task_records(tid[]), '
+                   'pgflow._notify(text[], text[]) to %s',
       v_grantee);
   end loop;
 end;
@@ -3858,6 +3914,302 @@ During a rolling deploy the definition of the most recently started worker wins.
 $doc$;
 -- end generated
 
+-- generated from sql/core: 0100_function_start_flow.sql
+create or replace function pgflow.start_flow(flow_slug text, input jsonb, run_id uuid default null)
+returns setof pgflow.runs
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+  v_run_id     uuid;
+  v_step_count integer;
+  v_root_maps  integer;
+  v_run        pgflow.runs;
+  v_input_len  integer;
+begin
+  -- Shares the flow's compilation lock (create_flow, ensure_flow_compiled and delete_flow_and_data hold it
+  -- exclusively): a start waits for a compilation in progress and then reads the whole flow. Without it a start
+  -- could count no steps (compilation not yet visible) yet pass the foreign-key check (which reads the newest
+  -- rows) and complete the run at once with output NULL.
+  perform pg_advisory_xact_lock_shared(1, hashtext(lower(start_flow.flow_slug)));
+
+  select count(*), count(*) filter (where s.step_type = 'map' and s.deps_count = 0)
+    into v_step_count, v_root_maps
+    from pgflow.steps as s
+   where s.flow_slug = start_flow.flow_slug;
+
+  if v_root_maps > 0 then
+    if start_flow.input is null then
+      raise exception 'Flow % has root map steps but input is NULL', start_flow.flow_slug;
+    elsif jsonb_typeof(start_flow.input) <> 'array' then
+      raise exception 'Flow % has root map steps but input is not an array (got %)',
+        start_flow.flow_slug, jsonb_typeof(start_flow.input);
+    end if;
+  end if;
+
+  -- Computed here, not inside the CASE below: the planner may fold a CASE arm with constant arguments even when
+  -- the arm is never taken, and jsonb_array_length raises on a non-array.
+  if jsonb_typeof(start_flow.input) = 'array' then
+    v_input_len := jsonb_array_length(start_flow.input);
+  end if;
+
+  insert into pgflow.runs (run_id, flow_slug, input, remaining_steps)
+  values (coalesce(start_flow.run_id, gen_random_uuid()), start_flow.flow_slug, start_flow.input, v_step_count)
+  returning * into v_run;
+  v_run_id := v_run.run_id;
+
+  insert into pgflow.step_states (flow_slug, run_id, step_slug, remaining_deps, initial_tasks)
+  select s.flow_slug,
+         v_run_id,
+         s.step_slug,
+         s.deps_count,
+         case
+           when s.step_type = 'map' and s.deps_count = 0 then v_input_len
+           when s.step_type = 'map' then null
+           else 1
+         end
+    from pgflow.steps as s
+   where s.flow_slug = v_run.flow_slug
+   order by s.step_index;
+
+  perform pgflow._emit_event(
+    jsonb_build_object(
+      'event_type', 'run:started',
+      'run_id', v_run.run_id,
+      'flow_slug', v_run.flow_slug,
+      'input', v_run.input,
+      'status', v_run.status,
+      'remaining_steps', v_run.remaining_steps,
+      'started_at', v_run.started_at),
+    'run:started',
+    v_run_id);
+
+  if pgflow.cascade_resolve_conditions(v_run_id) then
+    perform pgflow.cascade_complete_taskless_steps(v_run_id);
+    perform pgflow.start_ready_steps(v_run_id);
+    perform pgflow.maybe_complete_run(v_run_id);
+  end if;
+
+  return query select r.* from pgflow.runs as r where r.run_id = v_run_id;
+end;
+$$;
+
+comment on function pgflow.start_flow(flow_slug text, input jsonb, run_id uuid) is $doc$
+pgflow.start_flow(flow_slug, input, run_id) guarantees:
+  * a flow with root map steps only starts with an array input: SQL NULL raises
+    'Flow <slug> has root map steps but input is NULL', any other JSON type raises
+    'Flow <slug> has root map steps but input is not an array (got <type>)' (P0001), before anything is written;
+  * one run row (run_id = the given one, else random; remaining_steps = number of steps) and one 'created'
+    step state per step (remaining_deps = deps_count; initial_tasks = 1 for single steps, the input array length
+    for root maps, NULL for dependent maps until their parent completes) are written in this transaction;
+  * run:started is emitted, then conditions of ready steps are resolved (a 'fail' condition fails the run and no
+    task is ever created), taskless steps complete, ready steps start (tasks and messages are created) and the
+    run completes if nothing is left (e.g. a flow without steps);
+  * returns the run row as it is at the end ('started', 'completed' or 'failed').
+A start waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow.
+Errors: unknown flow -> runs_flow_slug_fkey; an existing run_id -> runs_pkey (a retried start with the same
+run_id therefore never creates a second run); NULL input without root maps -> not-null violation on runs.input.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_start_flows.sql
+create or replace function pgflow.start_flows(flow_slug text, inputs jsonb[], run_ids uuid[] default null)
+returns setof pgflow.runs
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+  v_n          integer := coalesce(cardinality(start_flows.inputs), 0);
+  v_ids        uuid[];
+  v_step_count integer;
+  v_root_maps  integer;
+  v_conditions boolean;
+  v_bad        record;
+  v_run        record;
+  v_fold       boolean;
+  v_started_runs  uuid[];
+  v_started_slugs text[];
+begin
+  if v_n = 0 then
+    return;
+  end if;
+
+  -- Shares the flow's compilation lock (create_flow, ensure_flow_compiled and delete_flow_and_data hold it
+  -- exclusively): a start waits for a compilation in progress and then reads the whole flow. Without it a start
+  -- could count no steps (compilation not yet visible) yet pass the foreign-key check (which reads the newest
+  -- rows) and complete the run at once with output NULL.
+  perform pg_advisory_xact_lock_shared(1, hashtext(lower(start_flows.flow_slug)));
+  if start_flows.run_ids is not null and cardinality(start_flows.run_ids) <> v_n then
+    raise exception 'start_flows: % run_ids given for % inputs', cardinality(start_flows.run_ids), v_n;
+  end if;
+
+  select count(*),
+         count(*) filter (where s.step_type = 'map' and s.deps_count = 0),
+         coalesce(bool_or(s.required_input_pattern is not null or s.forbidden_input_pattern is not null), false)
+    into v_step_count, v_root_maps, v_conditions
+    from pgflow.steps as s
+   where s.flow_slug = start_flows.flow_slug;
+
+  if v_root_maps > 0 then
+    select x.pos, jsonb_typeof(x.input) as type into v_bad
+      from unnest(start_flows.inputs) with ordinality as x (input, pos)
+     where jsonb_typeof(x.input) is distinct from 'array'
+     order by x.pos
+     limit 1;
+    if found and v_bad.type is null then
+      raise exception 'Flow % has root map steps but input % is NULL', start_flows.flow_slug, v_bad.pos;
+    elsif found then
+      raise exception 'Flow % has root map steps but input % is not an array (got %)',
+        start_flows.flow_slug, v_bad.pos, v_bad.type;
+    end if;
+  end if;
+
+  v_ids := array(
+    select coalesce(start_flows.run_ids[p.pos], gen_random_uuid())
+      from generate_series(1, v_n) as p (pos)
+     order by p.pos);
+
+  insert into pgflow.runs (run_id, flow_slug, input, remaining_steps)
+  select x.run_id, start_flows.flow_slug, x.input, v_step_count
+    from unnest(v_ids, start_flows.inputs) with ordinality as x (run_id, input, pos)
+   order by x.pos;
+
+  -- Without conditions and root maps nothing can happen to a root step between its creation and its start (no
+  -- condition to resolve, no taskless step to cascade): it is written 'started' right away, one row version
+  -- instead of two, and _start_ready_steps_batch below sends its messages and events as if it had started it.
+  v_fold := not v_conditions and v_root_maps = 0;
+  with inserted as (
+    insert into pgflow.step_states (flow_slug, run_id, step_slug, remaining_deps, initial_tasks, status, started_at,
+                                    remaining_tasks)
+    select s.flow_slug,
+           x.run_id,
+           s.step_slug,
+           s.deps_count,
+           case
+             when s.step_type = 'map' and s.deps_count = 0 then jsonb_array_length(x.input)
+             when s.step_type = 'map' then null
+             else 1
+           end,
+           case when v_fold and s.deps_count = 0 then 'started' else 'created' end,
+           case when v_fold and s.deps_count = 0 then now() end,
+           case when v_fold and s.deps_count = 0 then 1 end
+      from unnest(v_ids, start_flows.inputs) with ordinality as x (run_id, input, pos)
+      cross join pgflow.steps as s
+     where s.flow_slug = start_flows.flow_slug
+     order by x.pos, s.step_index
+    returning step_states.run_id, step_states.step_slug, step_states.status
+  )
+  select array_agg(i.run_id), array_agg(i.step_slug)
+    into v_started_runs, v_started_slugs
+    from inserted as i
+   where i.status = 'started';
+
+  perform pgflow._emit_events(array(
+    select jsonb_build_object(
+             'event_type', 'run:started',
+             'run_id', r.run_id,
+             'flow_slug', r.flow_slug,
+             'input', r.input,
+             'status', r.status,
+             'remaining_steps', r.remaining_steps,
+             'started_at', r.started_at)
+      from unnest(v_ids) with ordinality as x (run_id, pos)
+      join pgflow.runs as r on r.run_id = x.run_id
+     order by x.pos));
+
+  if v_conditions then
+    -- As start_flow: conditions first, then taskless steps, run by run.
+    for v_run in select x.run_id from unnest(v_ids) with ordinality as x (run_id, pos) order by x.pos loop
+      if pgflow.cascade_resolve_conditions(v_run.run_id) then
+        perform pgflow.cascade_complete_taskless_steps(v_run.run_id);
+      end if;
+    end loop;
+  else
+    -- Without conditions only runs with a ready taskless step (a root map over an empty array) have anything to
+    -- cascade.
+    for v_run in
+      select distinct ss.run_id
+        from pgflow.step_states as ss
+       where ss.run_id = any (v_ids)
+         and ss.status = 'created'
+         and ss.remaining_deps = 0
+         and ss.initial_tasks = 0
+       order by ss.run_id
+    loop
+      perform pgflow.cascade_complete_taskless_steps(v_run.run_id);
+    end loop;
+  end if;
+
+  -- Runs whose conditions failed them are no longer 'started': both calls leave them alone.
+  perform pgflow._start_ready_steps_batch(v_ids, v_started_runs, v_started_slugs);
+  perform pgflow._maybe_complete_runs(v_ids);
+
+  return query
+    select r.*
+      from unnest(v_ids) with ordinality as x (run_id, pos)
+      join pgflow.runs as r on r.run_id = x.run_id
+     order by x.pos;
+end;
+$$;
+
+comment on function pgflow.start_flows(flow_slug text, inputs jsonb[], run_ids uuid[]) is $doc$
+pgflow.start_flows(flow_slug, inputs, run_ids) starts one run per element of inputs in one call (one
+transaction). It guarantees:
+  * for every input exactly what pgflow.start_flow(flow_slug, inputs[i], run_ids[i]) guarantees: the run row
+    (run_id = run_ids[i] when given, else random; remaining_steps = number of steps) and one 'created' step
+    state per step, run:started, conditions resolved (flows with condition patterns resolve them run by run,
+    with the same functions start_flow calls), taskless steps completed, ready steps started with tasks and
+    messages, and the run completed when nothing is left;
+  * set-based work: one INSERT for all runs, one for all step states, and the ready steps of all runs start
+    through pgflow._start_ready_steps_batch (one pgmq.send_batch per queue and delay), finished runs complete
+    through pgflow._maybe_complete_runs; events of one run keep start_flow's order;
+  * a flow with root map steps needs an array input for every run: SQL NULL raises
+    'Flow <slug> has root map steps but input <n> is NULL', any other JSON type raises
+    'Flow <slug> has root map steps but input <n> is not an array (got <type>)' (P0001, n counting from 1),
+    before anything is written;
+  * run_ids, when not NULL, must have one element per input (NULL elements mean random ids), else an error
+    names both lengths; an existing or repeated run id fails the whole call (runs_pkey), an unknown flow fails
+    it with runs_flow_slug_fkey, a NULL input of a flow without root maps with the not-null violation on
+    runs.input - the call is atomic: all runs start or none;
+  * waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow;
+  * returns the run rows as they are at the end, in the order of inputs; NULL or empty inputs start nothing.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_start_flow_with_states.sql
+create or replace function pgflow.start_flow_with_states(flow_slug text, input jsonb, run_id uuid default null)
+returns jsonb
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+  v_run_id uuid;
+begin
+  select r.run_id
+    into v_run_id
+    from pgflow.start_flow(start_flow_with_states.flow_slug, start_flow_with_states.input,
+                           start_flow_with_states.run_id) as r
+   limit 1;
+
+  return pgflow.get_run_with_states(v_run_id);
+end;
+$$;
+
+comment on function pgflow.start_flow_with_states(flow_slug text, input jsonb, run_id uuid) is $doc$
+pgflow.start_flow_with_states(flow_slug, input, run_id) guarantees: exactly pgflow.start_flow (same checks,
+same errors, same effects), then returns pgflow.get_run_with_states of the new run, i.e.
+{"run": <run row>, "steps": [<step state rows>]} as it is at the end of the start. SECURITY DEFINER so an
+operator can grant API users this one function instead of the tables.
+$doc$;
+-- end generated
+
 do $grants$
 declare
   v_grant record;
@@ -4057,50 +4409,6 @@ NULL or empty arrays change nothing and return no rows. Arrays of different leng
 'msg_ids length (<a>) must equal vt_offsets length (<b>)'; an unknown queue raises
 'relation "pgmq.q_<name>" does not exist' (42P01). PGMQ has no batch set_vt, so this is one of the two places
 that update a PGMQ queue table directly (the table name comes from pgmq.format_table_name, which validates it).
-$doc$;
-comment on function pgflow.start_flow(flow_slug text, input jsonb, run_id uuid) is $doc$
-pgflow.start_flow(flow_slug, input, run_id) guarantees:
-  * a flow with root map steps only starts with an array input: SQL NULL raises
-    'Flow <slug> has root map steps but input is NULL', any other JSON type raises
-    'Flow <slug> has root map steps but input is not an array (got <type>)' (P0001), before anything is written;
-  * one run row (run_id = the given one, else random; remaining_steps = number of steps) and one 'created'
-    step state per step (remaining_deps = deps_count; initial_tasks = 1 for single steps, the input array length
-    for root maps, NULL for dependent maps until their parent completes) are written in this transaction;
-  * run:started is emitted, then conditions of ready steps are resolved (a 'fail' condition fails the run and no
-    task is ever created), taskless steps complete, ready steps start (tasks and messages are created) and the
-    run completes if nothing is left (e.g. a flow without steps);
-  * returns the run row as it is at the end ('started', 'completed' or 'failed').
-A start waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow.
-Errors: unknown flow -> runs_flow_slug_fkey; an existing run_id -> runs_pkey (a retried start with the same
-run_id therefore never creates a second run); NULL input without root maps -> not-null violation on runs.input.
-$doc$;
-comment on function pgflow.start_flow_with_states(flow_slug text, input jsonb, run_id uuid) is $doc$
-pgflow.start_flow_with_states(flow_slug, input, run_id) guarantees: exactly pgflow.start_flow (same checks,
-same errors, same effects), then returns pgflow.get_run_with_states of the new run, i.e.
-{"run": <run row>, "steps": [<step state rows>]} as it is at the end of the start. SECURITY DEFINER so an
-operator can grant API users this one function instead of the tables.
-$doc$;
-comment on function pgflow.start_flows(flow_slug text, inputs jsonb[], run_ids uuid[]) is $doc$
-pgflow.start_flows(flow_slug, inputs, run_ids) starts one run per element of inputs in one call (one
-transaction). It guarantees:
-  * for every input exactly what pgflow.start_flow(flow_slug, inputs[i], run_ids[i]) guarantees: the run row
-    (run_id = run_ids[i] when given, else random; remaining_steps = number of steps) and one 'created' step
-    state per step, run:started, conditions resolved (flows with condition patterns resolve them run by run,
-    with the same functions start_flow calls), taskless steps completed, ready steps started with tasks and
-    messages, and the run completed when nothing is left;
-  * set-based work: one INSERT for all runs, one for all step states, and the ready steps of all runs start
-    through pgflow._start_ready_steps_batch (one pgmq.send_batch per queue and delay), finished runs complete
-    through pgflow._maybe_complete_runs; events of one run keep start_flow's order;
-  * a flow with root map steps needs an array input for every run: SQL NULL raises
-    'Flow <slug> has root map steps but input <n> is NULL', any other JSON type raises
-    'Flow <slug> has root map steps but input <n> is not an array (got <type>)' (P0001, n counting from 1),
-    before anything is written;
-  * run_ids, when not NULL, must have one element per input (NULL elements mean random ids), else an error
-    names both lengths; an existing or repeated run id fails the whole call (runs_pkey), an unknown flow fails
-    it with runs_flow_slug_fkey, a NULL input of a flow without root maps with the not-null violation on
-    runs.input - the call is atomic: all runs start or none;
-  * waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow;
-  * returns the run rows as they are at the end, in the order of inputs; NULL or empty inputs start nothing.
 $doc$;
 comment on function pgflow.track_worker_function(function_name text) is $doc$
 pgflow.track_worker_function(function_name) guarantees: a worker_functions row for function_name exists

@@ -1,0 +1,57 @@
+package sqlapi
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Notifications are what a committed call deferred (schema v0.20.0): the JSON array of [channel, payload] pairs
+// pgflow._notify collected instead of notifying, in the order the call made them. "" means none.
+//
+// PostgreSQL serialises the commits of notifying transactions with one cluster-wide lock that each holds through
+// its commit's WAL flush, so concurrent starts and completions that notify cannot share a flush: on a disk whose
+// flush takes a millisecond, a few hundred of them per second is the ceiling, however many cores there are. A call
+// that defers its notifications commits like any other write, and Send then delivers them in a transaction that
+// writes nothing but its commit record and does not wait for the flush (synchronous_commit off for it alone:
+// losing that commit in a crash loses only notifications, which a crash loses anyway).
+type Notifications string
+
+// deferNotifications runs the statements queue adds in one batch (one implicit transaction: all or nothing),
+// between turning pgflow.defer_notifications on for that transaction and reading what it deferred.
+func deferNotifications(ctx context.Context, db Batcher, queue func(b *pgx.Batch)) (Notifications, error) {
+	var b pgx.Batch
+	b.Queue(`select pg_catalog.set_config('pgflow.defer_notifications', 'on', true)`)
+	queue(&b)
+	var pending *string
+	b.Queue(`select pg_catalog.current_setting('pgflow.deferred_notifications', true)`).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&pending)
+	})
+	if err := db.SendBatch(ctx, &b).Close(); err != nil {
+		return "", err
+	}
+	if pending == nil || *pending == "[]" {
+		return "", nil
+	}
+	return Notifications(*pending), nil
+}
+
+// Send delivers the notifications, in order, in one transaction that does not wait for its commit's WAL flush.
+// Nothing to send costs nothing. An error means none was delivered (listeners then miss these events, and workers
+// find the tasks at their next periodic read).
+func (n Notifications) Send(ctx context.Context, db Batcher) error {
+	if n == "" {
+		return nil
+	}
+	var b pgx.Batch
+	b.Queue(`select pg_catalog.set_config('synchronous_commit', 'off', true)`)
+	// pg_notify is volatile, so it runs after the sort: in the order of the array.
+	b.Queue(`select pg_catalog.pg_notify(e.v ->> 0, e.v ->> 1)
+	           from pg_catalog.jsonb_array_elements($1::jsonb) with ordinality as e (v, i)
+	          order by e.i`, string(n))
+	if err := db.SendBatch(ctx, &b).Close(); err != nil {
+		return fmt.Errorf("send deferred notifications: %w", err)
+	}
+	return nil
+}
