@@ -22,7 +22,9 @@ type Notifications string
 // between turning pgflow.defer_notifications on for that transaction and reading what it deferred.
 func deferNotifications(ctx context.Context, db Batcher, queue func(b *pgx.Batch)) (Notifications, error) {
 	var b pgx.Batch
-	b.Queue(`select pg_catalog.set_config('pgflow.defer_notifications', 'on', true)`)
+	// Start from an empty list: a session-level value someone set on this pooled connection is not ours to send.
+	b.Queue(`select pg_catalog.set_config('pgflow.defer_notifications', 'on', true),
+	                pg_catalog.set_config('pgflow.deferred_notifications', '', true)`)
 	queue(&b)
 	var pending *string
 	b.Queue(`select pg_catalog.current_setting('pgflow.deferred_notifications', true)`).QueryRow(func(row pgx.Row) error {

@@ -108,3 +108,25 @@ func TestDeferredCallsNotifyOnlyWhenSent(t *testing.T) {
 
 	require.NoError(t, sqlapi.Notifications("").Send(ctx, db.Pool), "nothing to send is no call")
 }
+
+// A value of pgflow.deferred_notifications left on a pooled connection at session level is not sent along with
+// a deferred call's own notifications.
+func TestDeferredCallIgnoresAStaleSessionValue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	clientFlows(t, db.Pool)
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `set pgflow.deferred_notifications = '[["pgflow", "stale"]]'`)
+	require.NoError(t, err)
+	_, notes, err := sqlapi.StartFlowsDeferred(ctx, conn.Conn(), "chain", []json.RawMessage{json.RawMessage(`{}`)}, nil)
+	require.NoError(t, err)
+	var pairs [][2]string
+	require.NoError(t, json.Unmarshal([]byte(notes), &pairs))
+	require.Len(t, pairs, 5, "run:started and step:started on two channels each, and the queue's wake-up")
+	for _, p := range pairs {
+		require.NotEqual(t, "stale", p[1])
+	}
+}
