@@ -23,7 +23,7 @@ begin
                 and not exists (
                   select 1 from pgflow.deps as d where d.flow_slug = r.flow_slug and d.dep_slug = ss.step_slug))
      where r.run_id = any (_maybe_complete_runs.run_ids)
-       and r.status = 'started'
+       and (r.status = 'started') is true  -- by primary key, never through idx_runs_status (_start_ready_steps_batch)
        and r.remaining_steps = 0
     returning r.run_id, r.flow_slug, r.status, r.output, r.completed_at
   )

@@ -26,8 +26,12 @@ begin
 
   -- Every table is filtered with "= any (array)" on its key, never joined to a set of ids: with statistics that
   -- do not know a backlog of thousands of started runs, a join can turn into a nested loop over all of them.
+  -- "(status = ...) is true" keeps the status test out of the index conditions: the run is looked up by its primary
+  -- key, never through idx_runs_status, which statistics taken while few runs were started make look cheaper and
+  -- which then reads every started run for each id.
   v_live := array(
-    select r.run_id from pgflow.runs as r where r.run_id = any (_start_ready_steps_batch.run_ids) and r.status = 'started');
+    select r.run_id from pgflow.runs as r
+     where r.run_id = any (_start_ready_steps_batch.run_ids) and (r.status = 'started') is true);
 
   with started as (
     update pgflow.step_states as ss

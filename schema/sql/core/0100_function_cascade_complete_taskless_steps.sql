@@ -13,7 +13,8 @@ declare
 begin
   select r.flow_slug into v_flow_slug
     from pgflow.runs as r
-   where r.run_id = cascade_complete_taskless_steps.run_id and r.status = 'started';
+   where r.run_id = cascade_complete_taskless_steps.run_id
+     and (r.status = 'started') is true;  -- by primary key, never through idx_runs_status (_start_ready_steps_batch)
   if v_flow_slug is null then
     return 0;
   end if;

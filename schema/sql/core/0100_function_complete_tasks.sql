@@ -12,7 +12,11 @@ set search_path = pg_catalog, pg_temp
 -- Generic plans: every statement finds its rows by key or by address, so one plan fits every batch, and a call
 -- with a handful of tasks (a lone result) does not pay for planning each of its statements again (PL/pgSQL keeps
 -- re-planning when a generic plan looks dearer than a small custom one: about 2.5 ms of CPU per call measured).
+-- Every statement here finds its rows by key or by address: one plan per session instead of one per call, and
+-- never a sequential scan, also in the foreign-key checks its writes run, whose plans PostgreSQL caches too (a
+-- plan made while a table was empty would scan it whole on every check as it grows: docs/performance.md).
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 as $$
 declare
   v_n         integer := coalesce(cardinality(complete_tasks.run_ids), 0);

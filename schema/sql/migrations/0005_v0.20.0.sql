@@ -915,8 +915,12 @@ begin
 
   -- Every table is filtered with "= any (array)" on its key, never joined to a set of ids: with statistics that
   -- do not know a backlog of thousands of started runs, a join can turn into a nested loop over all of them.
+  -- "(status = ...) is true" keeps the status test out of the index conditions: the run is looked up by its primary
+  -- key, never through idx_runs_status, which statistics taken while few runs were started make look cheaper and
+  -- which then reads every started run for each id.
   v_live := array(
-    select r.run_id from pgflow.runs as r where r.run_id = any (_start_ready_steps_batch.run_ids) and r.status = 'started');
+    select r.run_id from pgflow.runs as r
+     where r.run_id = any (_start_ready_steps_batch.run_ids) and (r.status = 'started') is true);
 
   with started as (
     update pgflow.step_states as ss
@@ -1632,7 +1636,11 @@ returns setof pgflow.step_tasks
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+-- Every statement here finds its rows by key or by address: one plan per session instead of one per call, and
+-- never a sequential scan, also in the foreign-key checks its writes run, whose plans PostgreSQL caches too (a
+-- plan made while a table was empty would scan it whole on every check as it grows: docs/performance.md).
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 as $$
 declare
   v_run         pgflow.runs;
@@ -1910,7 +1918,11 @@ set search_path = pg_catalog, pg_temp
 -- Generic plans: every statement finds its rows by key or by address, so one plan fits every batch, and a call
 -- with a handful of tasks (a lone result) does not pay for planning each of its statements again (PL/pgSQL keeps
 -- re-planning when a generic plan looks dearer than a small custom one: about 2.5 ms of CPU per call measured).
+-- Every statement here finds its rows by key or by address: one plan per session instead of one per call, and
+-- never a sequential scan, also in the foreign-key checks its writes run, whose plans PostgreSQL caches too (a
+-- plan made while a table was empty would scan it whole on every check as it grows: docs/performance.md).
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 as $$
 declare
   v_n         integer := coalesce(cardinality(complete_tasks.run_ids), 0);
@@ -2498,7 +2510,11 @@ returns setof pgflow.step_tasks
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+-- Every statement here finds its rows by key or by address: one plan per session instead of one per call, and
+-- never a sequential scan, also in the foreign-key checks its writes run, whose plans PostgreSQL caches too (a
+-- plan made while a table was empty would scan it whole on every check as it grows: docs/performance.md).
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 as $$
 declare
   v_run            pgflow.runs;
@@ -3418,7 +3434,11 @@ returns setof pgflow.step_task_record
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+-- Every statement here finds its rows by key or by address: one plan per session instead of one per call, and
+-- never a sequential scan, also in the foreign-key checks its writes run, whose plans PostgreSQL caches too (a
+-- plan made while a table was empty would scan it whole on every check as it grows: docs/performance.md).
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 as $$
 declare
   v_queue_name text;
@@ -3494,7 +3514,11 @@ volatile
 set search_path = pg_catalog, pg_temp
 -- Generic plans: every statement finds its rows by key or by address, so one plan fits every batch (as in
 -- complete_tasks).
+-- Every statement here finds its rows by key or by address: one plan per session instead of one per call, and
+-- never a sequential scan, also in the foreign-key checks its writes run, whose plans PostgreSQL caches too (a
+-- plan made while a table was empty would scan it whole on every check as it grows: docs/performance.md).
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 as $$
 declare
   v_queue_name  text;
@@ -3921,7 +3945,11 @@ returns setof pgflow.runs
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+-- Every statement here finds its rows by key or by address: one plan per session instead of one per call, and
+-- never a sequential scan, also in the foreign-key checks its writes run, whose plans PostgreSQL caches too (a
+-- plan made while a table was empty would scan it whole on every check as it grows: docs/performance.md).
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 as $$
 declare
   v_run_id     uuid;
@@ -4021,7 +4049,11 @@ returns setof pgflow.runs
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+-- Every statement here finds its rows by key or by address: one plan per session instead of one per call, and
+-- never a sequential scan, also in the foreign-key checks its writes run, whose plans PostgreSQL caches too (a
+-- plan made while a table was empty would scan it whole on every check as it grows: docs/performance.md).
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 as $$
 declare
   v_n          integer := coalesce(cardinality(start_flows.inputs), 0);
@@ -4188,7 +4220,11 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pg_temp
+-- Every statement here finds its rows by key or by address: one plan per session instead of one per call, and
+-- never a sequential scan, also in the foreign-key checks its writes run, whose plans PostgreSQL caches too (a
+-- plan made while a table was empty would scan it whole on every check as it grows: docs/performance.md).
 set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
 as $$
 declare
   v_run_id uuid;
@@ -4208,6 +4244,223 @@ pgflow.start_flow_with_states(flow_slug, input, run_id) guarantees: exactly pgfl
 same errors, same effects), then returns pgflow.get_run_with_states of the new run, i.e.
 {"run": <run row>, "steps": [<step state rows>]} as it is at the end of the start. SECURITY DEFINER so an
 operator can grant API users this one function instead of the tables.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function__maybe_complete_runs.sql
+create or replace function pgflow._maybe_complete_runs(run_ids uuid[])
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_events jsonb[];
+begin
+  if _maybe_complete_runs.run_ids is null or cardinality(_maybe_complete_runs.run_ids) = 0 then
+    return;
+  end if;
+
+  with done as (
+    update pgflow.runs as r
+       set status = 'completed',
+           completed_at = now(),
+           output = (
+             select jsonb_object_agg(ss.step_slug, ss.output)
+               from pgflow.step_states as ss
+              where ss.run_id = r.run_id
+                and ss.status = 'completed'
+                and not exists (
+                  select 1 from pgflow.deps as d where d.flow_slug = r.flow_slug and d.dep_slug = ss.step_slug))
+     where r.run_id = any (_maybe_complete_runs.run_ids)
+       and (r.status = 'started') is true  -- by primary key, never through idx_runs_status (_start_ready_steps_batch)
+       and r.remaining_steps = 0
+    returning r.run_id, r.flow_slug, r.status, r.output, r.completed_at
+  )
+  select array_agg(jsonb_build_object(
+                     'event_type', 'run:completed',
+                     'run_id', d.run_id,
+                     'flow_slug', d.flow_slug,
+                     'status', d.status,
+                     'output', d.output,
+                     'completed_at', d.completed_at) order by d.run_id)
+    into v_events
+    from done as d;
+
+  perform pgflow._emit_events(v_events);
+end;
+$$;
+
+comment on function pgflow._maybe_complete_runs(run_ids uuid[]) is $doc$
+pgflow._maybe_complete_runs(run_ids) guarantees: for every run of run_ids exactly what
+pgflow.maybe_complete_run(run_id) guarantees, done with one UPDATE for all of them: a 'started' run whose
+remaining_steps is 0 becomes 'completed' (completed_at now) with output = {<leaf step slug>: <stored step
+output>} over its completed leaf steps (NULL when none completed), and run:completed is emitted for it, runs in
+run_id order. Runs that are completed, failed, still have steps left, or do not exist are not touched; NULL or
+empty run_ids do nothing.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_maybe_complete_run.sql
+create or replace function pgflow.maybe_complete_run(run_id uuid)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_run pgflow.runs;
+begin
+  update pgflow.runs as r
+     set status = 'completed',
+         completed_at = now(),
+         output = (
+           select jsonb_object_agg(ss.step_slug, ss.output)
+             from pgflow.step_states as ss
+            where ss.run_id = r.run_id
+              and ss.status = 'completed'
+              and not exists (
+                select 1 from pgflow.deps as d where d.flow_slug = r.flow_slug and d.dep_slug = ss.step_slug))
+   where r.run_id = maybe_complete_run.run_id
+     and (r.status = 'started') is true  -- by primary key, never through idx_runs_status (_start_ready_steps_batch)
+     and r.remaining_steps = 0
+  returning r.* into v_run;
+
+  if found then
+    perform pgflow._emit_event(
+      jsonb_build_object(
+        'event_type', 'run:completed',
+        'run_id', v_run.run_id,
+        'flow_slug', v_run.flow_slug,
+        'status', v_run.status,
+        'output', v_run.output,
+        'completed_at', v_run.completed_at),
+      'run:completed',
+      v_run.run_id);
+  end if;
+end;
+$$;
+
+comment on function pgflow.maybe_complete_run(run_id uuid) is $doc$
+pgflow.maybe_complete_run(run_id) guarantees: a 'started' run whose remaining_steps is 0 becomes 'completed'
+(completed_at now) with output = {<leaf step slug>: <stored step output>} over the leaf steps (no dependents)
+that completed (skipped leaves are absent; NULL when no leaf completed), and run:completed is emitted. Outputs
+are copied as stored, so 0, false, "" and null stay exactly that. A run that is already completed or failed,
+or still has steps left, is not touched (upstream only excluded 'completed').
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_cascade_complete_taskless_steps.sql
+create or replace function pgflow.cascade_complete_taskless_steps(run_id uuid)
+returns integer
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_flow_slug  text;
+  v_total      integer := 0;
+  v_iterations integer := 0;
+  v_completed  text[];
+  v_step       record;
+begin
+  select r.flow_slug into v_flow_slug
+    from pgflow.runs as r
+   where r.run_id = cascade_complete_taskless_steps.run_id
+     and (r.status = 'started') is true;  -- by primary key, never through idx_runs_status (_start_ready_steps_batch)
+  if v_flow_slug is null then
+    return 0;
+  end if;
+
+  loop
+    v_iterations := v_iterations + 1;
+    if v_iterations > 50 then
+      raise exception 'Cascade loop exceeded safety limit of 50 iterations (run %)',
+        cascade_complete_taskless_steps.run_id;
+    end if;
+
+    exit when not pgflow.cascade_resolve_conditions(cascade_complete_taskless_steps.run_id);
+
+    v_completed := '{}';
+    for v_step in
+      with done as (
+        update pgflow.step_states as ss
+           set status = 'completed',
+               started_at = now(),
+               completed_at = now(),
+               remaining_tasks = 0,
+               output = case when s.step_type = 'map' then '[]'::jsonb end
+          from pgflow.steps as s
+         where ss.run_id = cascade_complete_taskless_steps.run_id
+           and ss.status = 'created'
+           and ss.remaining_deps = 0
+           and ss.initial_tasks = 0
+           and s.flow_slug = ss.flow_slug
+           and s.step_slug = ss.step_slug
+        returning ss.*, s.step_index
+      )
+      select d.* from done as d order by d.step_index
+    loop
+      v_completed := v_completed || v_step.step_slug;
+      perform pgflow._emit_event(
+        jsonb_build_object(
+          'event_type', 'step:completed',
+          'run_id', v_step.run_id,
+          'flow_slug', v_step.flow_slug,
+          'step_slug', v_step.step_slug,
+          'status', v_step.status,
+          'started_at', v_step.started_at,
+          'completed_at', v_step.completed_at,
+          'remaining_tasks', v_step.remaining_tasks,
+          'remaining_deps', v_step.remaining_deps,
+          'output', v_step.output),
+        'step:' || v_step.step_slug || ':completed',
+        v_step.run_id);
+    end loop;
+
+    exit when cardinality(v_completed) = 0;
+
+    update pgflow.step_states as child
+       set remaining_deps = child.remaining_deps - parents.n,
+           initial_tasks = case when parents.step_type = 'map' and child.status = 'created' then 0
+                                else child.initial_tasks end
+      from (
+        select d.step_slug, s.step_type, count(*)::integer as n
+          from pgflow.deps as d
+          join pgflow.steps as s on s.flow_slug = d.flow_slug and s.step_slug = d.step_slug
+         where d.flow_slug = v_flow_slug
+           and d.dep_slug = any (v_completed)
+         group by d.step_slug, s.step_type
+      ) as parents
+     where child.run_id = cascade_complete_taskless_steps.run_id
+       and child.step_slug = parents.step_slug;
+
+    update pgflow.runs as r
+       set remaining_steps = r.remaining_steps - cardinality(v_completed)
+     where r.run_id = cascade_complete_taskless_steps.run_id;
+
+    v_total := v_total + cardinality(v_completed);
+  end loop;
+
+  return v_total;
+end;
+$$;
+
+comment on function pgflow.cascade_complete_taskless_steps(run_id uuid) is $doc$
+pgflow.cascade_complete_taskless_steps(run_id) guarantees:
+  * completes, in waves, every step state of the run that is 'created' with remaining_deps 0 and
+    initial_tasks 0 (a map over an empty array): started_at = completed_at = now(), remaining_tasks 0, output
+    '[]' for maps (NULL for single steps, which are never taskless); step:completed is emitted per step in
+    step_index order within a wave, and waves run in dependency order;
+  * for each completed step its dependents get remaining_deps decremented, and dependent maps get
+    initial_tasks 0 (their input array is empty); the run's remaining_steps drops by the number completed;
+  * before every wave the conditions of ready steps are resolved (pgflow.cascade_resolve_conditions), so a step
+    that becomes ready through this cascade is skipped or fails by its condition exactly like any other step
+    (upstream pgflow skipped that check); if a condition fails the run, the cascade stops;
+  * a run that is not 'started' is left alone; returns the number of steps completed;
+  * at most 50 iterations (each wave and the final empty one count): more raises
+    'Cascade loop exceeded safety limit of 50 iterations (run <run_id>)', which rolls back the caller.
+The run itself is not completed here; callers call pgflow.maybe_complete_run.
 $doc$;
 -- end generated
 
@@ -4308,14 +4561,6 @@ pgflow._get_flow_shape(p_flow_slug) guarantees: the structural shape of a stored
 {"defined": false} or {"defined": true, "value": <pattern>}). Options are not part of a shape. An unknown flow
 gives {"steps": []}. Read-only.
 $doc$;
-comment on function pgflow._maybe_complete_runs(run_ids uuid[]) is $doc$
-pgflow._maybe_complete_runs(run_ids) guarantees: for every run of run_ids exactly what
-pgflow.maybe_complete_run(run_id) guarantees, done with one UPDATE for all of them: a 'started' run whose
-remaining_steps is 0 becomes 'completed' (completed_at now) with output = {<leaf step slug>: <stored step
-output>} over its completed leaf steps (NULL when none completed), and run:completed is emitted for it, runs in
-run_id order. Runs that are completed, failed, still have steps left, or do not exist are not touched; NULL or
-empty run_ids do nothing.
-$doc$;
 comment on function pgflow.calculate_retry_delay(base_delay numeric, attempts_count integer) is $doc$
 pgflow.calculate_retry_delay(base_delay, attempts_count) guarantees: the exponential backoff in whole seconds,
 floor(base_delay * 2^attempts_count), capped at 2147483647 (the largest integer, about 68 years) instead of
@@ -4323,22 +4568,6 @@ failing with "integer out of range". A base_delay of 0 or less gives 0; NULL arg
 The exponent is clamped to +-60000 so numeric arithmetic cannot overflow: 2^60000 times the smallest positive
 numeric is still far above the cap, so positive exponents stay exact; negative exponents (pgflow never passes
 them, attempts_count is never negative) are exact for every base_delay below 10^16000.
-$doc$;
-comment on function pgflow.cascade_complete_taskless_steps(run_id uuid) is $doc$
-pgflow.cascade_complete_taskless_steps(run_id) guarantees:
-  * completes, in waves, every step state of the run that is 'created' with remaining_deps 0 and
-    initial_tasks 0 (a map over an empty array): started_at = completed_at = now(), remaining_tasks 0, output
-    '[]' for maps (NULL for single steps, which are never taskless); step:completed is emitted per step in
-    step_index order within a wave, and waves run in dependency order;
-  * for each completed step its dependents get remaining_deps decremented, and dependent maps get
-    initial_tasks 0 (their input array is empty); the run's remaining_steps drops by the number completed;
-  * before every wave the conditions of ready steps are resolved (pgflow.cascade_resolve_conditions), so a step
-    that becomes ready through this cascade is skipped or fails by its condition exactly like any other step
-    (upstream pgflow skipped that check); if a condition fails the run, the cascade stops;
-  * a run that is not 'started' is left alone; returns the number of steps completed;
-  * at most 50 iterations (each wave and the final empty one count): more raises
-    'Cascade loop exceeded safety limit of 50 iterations (run <run_id>)', which rolls back the caller.
-The run itself is not completed here; callers call pgflow.maybe_complete_run.
 $doc$;
 comment on function pgflow.get_run_with_states(run_id uuid) is $doc$
 pgflow.get_run_with_states(run_id) guarantees: one consistent read of a run and all its step states as
@@ -4365,13 +4594,6 @@ pgflow.mark_worker_stopped(worker_id) guarantees: the worker is recorded as gone
 stopped_at and last_heartbeat_at become one and the same clock_timestamp(), and deprecated_at is set to it too
 unless an operator set it earlier (so no keep-alive logic counts the worker as alive). An unknown worker_id
 changes nothing.
-$doc$;
-comment on function pgflow.maybe_complete_run(run_id uuid) is $doc$
-pgflow.maybe_complete_run(run_id) guarantees: a 'started' run whose remaining_steps is 0 becomes 'completed'
-(completed_at now) with output = {<leaf step slug>: <stored step output>} over the leaf steps (no dependents)
-that completed (skipped leaves are absent; NULL when no leaf completed), and run:completed is emitted. Outputs
-are copied as stored, so 0, false, "" and null stay exactly that. A run that is already completed or failed,
-or still has steps left, is not touched (upstream only excluded 'completed').
 $doc$;
 comment on function pgflow.poll_for_tasks(queue_name text, vt integer, qty integer, max_poll_seconds integer, poll_interval_ms integer) is $doc$
 pgflow.poll_for_tasks(...) guarantees: nothing. It is a deprecated stub kept so that very old workers calling it
