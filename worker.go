@@ -375,6 +375,12 @@ func (w *Worker) launch(ctx context.Context) {
 	slots := poller.NewSlots(w.cfg.MaxConcurrent)
 	var pollers sync.WaitGroup
 	var subs []*notify.Subscription
+	type ownSub struct {
+		sub   *notify.Subscription
+		queue string
+		log   *slog.Logger
+	}
+	var owns []ownSub
 	var rows []maintenance.Row
 	for _, f := range w.flows {
 		var flowSlots poller.Slots
@@ -384,7 +390,7 @@ func (w *Worker) launch(ctx context.Context) {
 		for _, q := range f.queues {
 			rows = append(rows, maintenance.Row{WorkerID: q.workerID, Queue: q.name})
 			log := w.log.With("flow", f.def.Slug, "worker_id", q.workerID, "queue", q.name)
-			var sub *notify.Subscription
+			var sub, own *notify.Subscription
 			if listener != nil {
 				s, err := listener.Subscribe(sqlapi.QueueChannel(q.name))
 				if err != nil {
@@ -392,12 +398,19 @@ func (w *Worker) launch(ctx context.Context) {
 				} else {
 					sub = s
 					subs = append(subs, s)
+					// The worker row's own channel: the schema wakes one alive worker of a queue there (v0.20.0).
+					if s, err := listener.Subscribe(sqlapi.WorkerChannel(q.workerID)); err != nil {
+						log.Warn("cannot listen on the worker's own channel; woken by queue notifications only", "error", err)
+					} else {
+						own = s
+						owns = append(owns, ownSub{sub: s, queue: q.name, log: log})
+					}
 				}
 			}
 			p := poller.New(poller.Config{
 				DB: w.pool, Flow: f.def.Slug, Queue: q.name, WorkerID: q.workerID, BatchSize: f.batch,
 				VisibilitySeconds: w.cfg.vtSeconds, MaxPollSeconds: w.cfg.maxPollSeconds, PollIntervalMs: w.cfg.pollIntervalMs,
-				MaxPollWait: w.cfg.MaxPollWait, Slots: slots, FlowSlots: flowSlots, Wake: sub, Listener: listener,
+				MaxPollWait: w.cfg.MaxPollWait, Slots: slots, FlowSlots: flowSlots, Wake: sub, Own: own, Listener: listener,
 				Claimer: claimer.New(claimer.Config{DB: w.pool, Read: w.pool, Flow: f.def.Slug, Queue: q.name,
 					WorkerID: q.workerID, Logger: log, Retry: w.retry}),
 				Executor: exec, Tasks: tasks, Observer: obs, Logger: log, Retry: w.retry,
@@ -426,6 +439,13 @@ func (w *Worker) launch(ctx context.Context) {
 		for _, s := range subs {
 			s.Close()
 		}
+		// Until the rows are recorded as stopped, pgflow._wake_queue may still wake this worker alone: pass such
+		// wakes on to the queues' other workers.
+		forward, stopForward := context.WithCancel(base)
+		var forwarders sync.WaitGroup
+		for _, o := range owns {
+			forwarders.Go(func() { poller.ForwardWakes(forward, w.pool, o.queue, o.sub, o.log) })
+		}
 		w.log.Info("worker shutting down: stopped reading messages", "worker_id", w.ID(), "in_flight", tasks.InFlight())
 		w.drain(tasks, giveUp)
 		comp.Stop()
@@ -433,6 +453,11 @@ func (w *Worker) launch(ctx context.Context) {
 		bg.Wait()
 		stopObserver()
 		w.markStopped(base)
+		stopForward()
+		forwarders.Wait()
+		for _, o := range owns {
+			o.sub.Close()
+		}
 		w.mu.Lock()
 		w.running = false
 		w.mu.Unlock()

@@ -51,7 +51,9 @@ type WorkerConfig struct {
 	// WorkerID identifies the worker in pgflow.workers and in logs; it must be a UUID. Default: a random UUID.
 	WorkerID string
 	// PollOnly turns off waking on queue notifications. By default the worker listens on one extra connection
-	// for pgflow:queue:<queue> notifications (sent by the schema since v0.18.0 when steps start) and reads its
+	// for pgflow:queue:<queue> notifications (sent by the schema since v0.18.0 when steps start) and, per worker
+	// row, for pgflow:w:<worker_id> (since v0.20.0 the schema wakes one alive worker of a queue there instead of
+	// all of them; a worker that cannot take everything passes the wake on to the queue channel), and reads its
 	// queue and claims the tasks in one call (pgflow.read_and_start_tasks) as soon as new messages are
 	// announced; with nothing announced it reads every 2 s (or every MaxPollWait, if shorter), which finds messages that become visible without a notification (delayed
 	// starts, retries after their backoff, tasks of crashed workers). With PollOnly, while the listener is

@@ -70,7 +70,10 @@ type Config struct {
 	// Slots is the worker's shared pool; FlowSlots, when not nil, limits this flow's share of it.
 	Slots, FlowSlots Slots
 	// Wake, when not nil, announces new messages of Queue; Listener tells whether it is connected.
-	Wake     *notify.Subscription
+	Wake *notify.Subscription
+	// Own, when not nil, is the subscription to the worker row's own channel (sqlapi.WorkerChannel(WorkerID)), on
+	// which the schema (v0.20.0+) wakes this worker alone instead of every listener of Queue (see passon.go).
+	Own      *notify.Subscription
 	Listener *notify.Listener
 	Claimer  *claimer.Claimer
 	Executor *executor.Executor
@@ -86,6 +89,13 @@ type Poller struct {
 	due dueTimes // announced delayed messages' visible times (wake.go); only Run's goroutine uses it
 	// notes holds the queue's notifications but cancels, passed on by relay (cancel.go) to the wake logic.
 	notes *notes
+	// woken: the notifications taken since the last read include a wake on the worker's own channel (only Run's
+	// goroutine uses it); see passon.go.
+	woken bool
+	// starved is true while Run waits for a free slot with none free (passon.go).
+	starved atomic.Bool
+	// passing tracks pass-on notifications in flight; Run waits for them before it returns.
+	passing sync.WaitGroup
 }
 
 // New returns a Poller.
@@ -94,13 +104,22 @@ func New(cfg Config) *Poller { return &Poller{cfg: cfg, notes: newNotes()} }
 // Run reads, claims and starts tasks while free slots exist, until stop ends. calls is the context of claims and
 // of the tasks' reports (see claimer.Claim).
 func (p *Poller) Run(stop, calls context.Context) {
+	// Run returns only after stop ended: the relays return then too; a wake for this worker alone that it will not
+	// act on any more then goes to the others, and Run waits for the pass-ons in flight.
+	var relays sync.WaitGroup
+	defer p.passing.Wait()
+	defer p.passOnIfOwed(calls)
+	defer relays.Wait()
 	if p.cfg.Wake != nil {
-		go p.relay(stop)
+		relays.Go(func() { p.relay(stop, calls, p.cfg.Wake, false) })
+	}
+	if p.cfg.Own != nil {
+		relays.Go(func() { p.relay(stop, calls, p.cfg.Own, true) })
 	}
 	failures := 0
 	backlog := false // the last read returned as many messages as it asked for
 	for stop.Err() == nil {
-		n, ok := p.gatherSlots(stop, backlog)
+		n, ok := p.gatherSlots(stop, calls, backlog)
 		if !ok {
 			return
 		}
@@ -182,9 +201,16 @@ func (p *Poller) release(n int) {
 // gatherSlots takes one free slot (waiting for it), then every slot free right now, up to BatchSize. When the
 // last read found a full batch (more work is likely waiting) and tasks are still running, it waits up to
 // claimLinger for more slots to free up. ok is false when stop ended (no slot is held then).
-func (p *Poller) gatherSlots(stop context.Context, backlog bool) (n int, ok bool) {
-	if !p.acquire(stop, true) {
-		return 0, false
+func (p *Poller) gatherSlots(stop, calls context.Context, backlog bool) (n int, ok bool) {
+	if !p.acquire(stop, false) {
+		// Every slot is busy: a wake for this worker alone would wait for a task to finish; pass it on.
+		p.starved.Store(true)
+		p.passOnIfOwed(calls)
+		ok := p.acquire(stop, true)
+		p.starved.Store(false)
+		if !ok {
+			return 0, false
+		}
 	}
 	n = 1
 	var linger <-chan time.Time
@@ -250,7 +276,13 @@ func (p *Poller) poll(stop, calls context.Context, n int) (read int, tasks []exe
 			Qty: n, MaxPollSeconds: p.cfg.MaxPollSeconds, PollIntervalMs: p.cfg.PollIntervalMs})
 	} else {
 		p.clearWake()
+		woken := p.woken
+		p.woken = false
 		read, tasks, err = p.cfg.Claimer.ReadAndClaim(stop, calls, n, p.cfg.VisibilitySeconds)
+		if err == nil && woken && read == n {
+			// Woken alone and the read came back full: more may wait than this worker can take now.
+			p.passOn(calls)
+		}
 		if err == nil && read == 0 {
 			p.waitForWake(stop)
 		}

@@ -59,23 +59,25 @@ func TestDeferredCallsNotifyOnlyWhenSent(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
 	clientFlows(t, db.Pool)
-	collect := listenAll(t, db.URL, "pgflow", "pgflow:queue:chain")
 	const worker = "11111111-1111-4111-8111-111111111111"
+	collect := listenAll(t, db.URL, "pgflow", "pgflow:queue:chain", sqlapi.WorkerChannel(worker))
 	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, worker, "chain", "pgflow-go"))
+	// The queue has an alive worker: read-now wakes go to it alone (targeted wake), fail_task's to the queue.
+	wake := sqlapi.WorkerChannel(worker) + " "
 
 	started, notes, err := sqlapi.StartFlowWithStatesDeferred(ctx, db.Pool, "chain", json.RawMessage(`{}`), "")
 	require.NoError(t, err)
 	require.Equal(t, "started", started.Run.Status, "the start committed")
 	require.Empty(t, collect(), "nothing is delivered before Send")
 	require.NoError(t, notes.Send(ctx, db.Pool))
-	require.Equal(t, []string{"pgflow run:started", "pgflow step:started", "pgflow:queue:chain "}, collect())
+	require.Equal(t, []string{"pgflow run:started", "pgflow step:started", wake}, collect())
 
 	runs, notes, err := sqlapi.StartFlowsDeferred(ctx, db.Pool, "chain", []json.RawMessage{json.RawMessage(`{}`)}, nil)
 	require.NoError(t, err)
 	require.Len(t, runs, 1)
 	require.Empty(t, collect())
 	require.NoError(t, notes.Send(ctx, db.Pool))
-	require.Equal(t, []string{"pgflow run:started", "pgflow step:started", "pgflow:queue:chain "}, collect())
+	require.Equal(t, []string{"pgflow run:started", "pgflow step:started", wake}, collect())
 
 	// Complete the first run's first task: step:completed, then step:started of the dependent and its wake-up.
 	claimed, _, _, err := sqlapi.ReadAndStartTasks(ctx, db.Pool, "chain", "chain", worker, 1, 30)
@@ -88,7 +90,7 @@ func TestDeferredCallsNotifyOnlyWhenSent(t *testing.T) {
 	require.Equal(t, sqlapi.OutcomeRecorded, done[0].Outcome)
 	require.Empty(t, collect())
 	require.NoError(t, notes.Send(ctx, db.Pool))
-	require.Equal(t, []string{"pgflow step:completed", "pgflow step:started", "pgflow:queue:chain "}, collect())
+	require.Equal(t, []string{"pgflow step:completed", "pgflow step:started", wake}, collect())
 
 	// A failure that will be retried at once wakes the queue, after Send only.
 	claimed, _, _, err = sqlapi.ReadAndStartTasks(ctx, db.Pool, "chain", "chain", worker, 1, 30)

@@ -122,3 +122,17 @@ func Read(ctx context.Context, db DBTX, p ReadParams) ([]Message, error) {
 // QueueChannel is the notification channel on which the schema (v0.18.0 and later) announces new visible
 // messages of a queue: pgflow.start_ready_steps notifies it once per transaction that sent undelayed messages.
 func QueueChannel(queue string) string { return "pgflow:queue:" + queue }
+
+// WorkerChannel is the channel of one worker row (schema v0.20.0 and later): pgflow._wake_queue tells one alive
+// worker of a queue on it, instead of every listener on QueueChannel, that messages are visible now. Its payloads
+// mean what they mean on QueueChannel.
+func WorkerChannel(workerID string) string { return "pgflow:w:" + workerID }
+
+// WakeQueue sends the read-now notification (an empty payload) on the queue's channel, waking every worker listening there: a
+// worker that was woken alone and cannot take everything passes the wake on with it.
+func WakeQueue(ctx context.Context, db DBTX, queue string) error {
+	if _, err := db.Exec(ctx, `select pg_catalog.pg_notify($1, '')`, QueueChannel(queue)); err != nil {
+		return fmt.Errorf("notify the workers of queue %q: %w", queue, err)
+	}
+	return nil
+}

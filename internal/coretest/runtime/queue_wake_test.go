@@ -81,6 +81,119 @@ func TestStartingStepsNotifiesTheQueueOncePerTransaction(t *testing.T) {
 	require.Equal(t, []string{""}, collectChain())
 	tasks := fx.ReadAndStartFrom(t, db.Pool, "chain", "chain", 60, 10)
 	require.Len(t, tasks, 2)
+	// Claiming registered the queue's (alive) default worker: from now on wakes go to it alone.
+	collectWorker := channelNotifications(t, db.URL, workerChannel(fx.DefaultWorker))
 	completeTasks(t, db.Pool, outputsFor(tasks, func(fx.Task) string { return `1` }))
-	require.Equal(t, []string{""}, collectChain(), "one complete_tasks call starting two steps: one notification")
+	require.Equal(t, []note{{workerChannel(fx.DefaultWorker), ""}}, collectWorker(),
+		"one complete_tasks call starting two steps: one notification")
+	require.Empty(t, collectChain(), "an alive worker was told: no broadcast")
+}
+
+func workerChannel(id string) string { return "pgflow:w:" + id }
+
+// note is one notification: its channel and payload.
+type note struct{ Channel, Payload string }
+
+// channelNotifications listens on the channels and returns a function that collects what arrived on any of them,
+// waiting until a marker notification sent after the action shows that everything before it was delivered.
+func channelNotifications(t *testing.T, url string, channels ...string) func() []note {
+	t.Helper()
+	ctx := fx.Ctx(t)
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	const markerChannel = "test:marker"
+	for _, ch := range append([]string{markerChannel}, channels...) {
+		_, err = conn.Exec(ctx, "listen "+pgx.Identifier{ch}.Sanitize())
+		require.NoError(t, err)
+	}
+	return func() []note {
+		marker, err := pgx.Connect(ctx, url)
+		require.NoError(t, err)
+		defer marker.Close(context.Background())
+		_, err = marker.Exec(ctx, `select pg_notify($1, 'marker')`, markerChannel)
+		require.NoError(t, err)
+		var got []note
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		for {
+			n, err := conn.WaitForNotification(wctx)
+			require.NoError(t, err)
+			if n.Channel == markerChannel {
+				return got
+			}
+			got = append(got, note{n.Channel, n.Payload})
+		}
+	}
+}
+
+// A read-now wake goes to exactly one alive worker of the queue, on its own channel, and not to the queue channel;
+// stopped, deprecated and stale workers are never chosen; with no alive worker the queue channel gets it.
+func TestWakeTargetsOneAliveWorker(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	fx.Exec(t, db.Pool, "select pgflow.create_flow('target')")
+	fx.Exec(t, db.Pool, "select pgflow.add_step('target', 'only')")
+	fx.Exec(t, db.Pool, "select pgflow.create_flow('later')")
+	fx.Exec(t, db.Pool, "select pgflow.add_step('later', 'x', start_delay => 60)")
+	alive := []string{"a0000000-0000-4000-8000-000000000001", "a0000000-0000-4000-8000-000000000002",
+		"a0000000-0000-4000-8000-000000000003"}
+	const (
+		stopped    = "d0000000-0000-4000-8000-000000000001"
+		deprecated = "d0000000-0000-4000-8000-000000000002"
+		stale      = "d0000000-0000-4000-8000-000000000003"
+		otherQueue = "d0000000-0000-4000-8000-000000000004"
+	)
+	for _, id := range append(append([]string{}, alive...), stopped, deprecated, stale) {
+		fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'target', 'pgflow-go')`, id)
+	}
+	fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'other', 'pgflow-go')`, otherQueue)
+	fx.Exec(t, db.Pool, `select pgflow.mark_worker_stopped($1::uuid)`, stopped)
+	fx.Exec(t, db.Pool, `update pgflow.workers set deprecated_at = now() where worker_id = $1::uuid`, deprecated)
+	fx.Exec(t, db.Pool, `update pgflow.workers set last_heartbeat_at = now() - interval '31 seconds'
+		where worker_id = $1::uuid`, stale)
+	var channels []string
+	for _, id := range append(append([]string{}, alive...), stopped, deprecated, stale, otherQueue) {
+		channels = append(channels, workerChannel(id))
+	}
+	channels = append(channels, "pgflow:queue:target", "pgflow:queue:later")
+	collect := channelNotifications(t, db.URL, channels...)
+
+	chosen := map[string]int{}
+	for range 30 {
+		fx.Exec(t, db.Pool, `select pgflow.start_flow('target', '{}')`)
+		got := collect()
+		require.Len(t, got, 1, "one start: one notification")
+		require.Empty(t, got[0].Payload, "payload '': read now")
+		var ok bool
+		for _, id := range alive {
+			if got[0].Channel == workerChannel(id) {
+				ok = true
+			}
+		}
+		require.True(t, ok, "%s is the channel of an alive worker of the queue", got[0].Channel)
+		chosen[got[0].Channel]++
+	}
+	// Chance that 30 random choices among 3 all pick the same worker: 3 * 3^-30.
+	require.Greater(t, len(chosen), 1, "the choice spreads over the alive workers: %v", chosen)
+
+	// Delayed messages are still announced on the queue channel (every worker remembers their time).
+	fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'later', 'pgflow-go')`, alive[0])
+	fx.Exec(t, db.Pool, `select pgflow.start_flow('later', '{}')`)
+	got := collect()
+	require.Len(t, got, 1)
+	require.Equal(t, "pgflow:queue:later", got[0].Channel)
+	require.Contains(t, got[0].Payload, `{"visible_at":"`)
+
+	// No alive worker left (the first one now serves 'later', the others stopped or stale): broadcast.
+	fx.Exec(t, db.Pool, `select pgflow.mark_worker_stopped($1::uuid)`, alive[1])
+	fx.Exec(t, db.Pool, `update pgflow.workers set last_heartbeat_at = now() - interval '1 hour'
+		where worker_id = $1::uuid`, alive[2])
+	fx.Exec(t, db.Pool, `select pgflow.start_flow('target', '{}')`)
+	require.Equal(t, []note{{"pgflow:queue:target", ""}}, collect(), "no alive worker: the queue channel")
+
+	// A heartbeat makes a worker alive again.
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid)`, stale)
+	fx.Exec(t, db.Pool, `select pgflow.start_flow('target', '{}')`)
+	require.Equal(t, []note{{workerChannel(stale), ""}}, collect(), "the only alive worker")
 }

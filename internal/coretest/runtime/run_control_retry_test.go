@@ -35,7 +35,7 @@ func TestRetryRunResumesAFailedChain(t *testing.T) {
 
 	firstState := rowJSON(t, db, "select to_jsonb(s) from pgflow.step_states s where run_id = $1::uuid and step_slug = 'first'", run.RunID)
 	firstTask := rowJSON(t, db, "select to_jsonb(t) from pgflow.step_tasks t where run_id = $1::uuid and step_slug = 'first'", run.RunID)
-	collect := queueNotifications(t, d.URL, "chain")
+	collect := channelNotifications(t, d.URL, "pgflow:queue:chain", workerChannel(fx.DefaultWorker))
 
 	var status string
 	var remaining int
@@ -43,7 +43,8 @@ func TestRetryRunResumesAFailedChain(t *testing.T) {
 		where failed_at is null and cancelled_at is null`, run.RunID).Scan(&status, &remaining))
 	require.Equal(t, "started", status)
 	require.Equal(t, 2, remaining)
-	require.Equal(t, []string{""}, collect(), "the restarted step's message wakes the workers")
+	require.Equal(t, []note{{workerChannel(fx.DefaultWorker), ""}}, collect(),
+		"the restarted step's message wakes the queue's alive worker (the one that claimed before)")
 
 	second := fx.GetStep(t, db, run.RunID, "second")
 	require.Equal(t, "started", second.Status)

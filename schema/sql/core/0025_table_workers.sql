@@ -13,3 +13,8 @@ create table pgflow.workers (
 
 create index idx_workers_queue_name on pgflow.workers (queue_name);
 create index idx_workers_heartbeat on pgflow.workers (last_heartbeat_at);
+
+-- pgflow._wake_queue's lookup of a queue's alive workers (v0.20.0): rows of stopped and deprecated workers pile up
+-- until they are pruned, so only the others are indexed, by queue and heartbeat.
+create index idx_workers_alive on pgflow.workers (queue_name, last_heartbeat_at)
+  where stopped_at is null and deprecated_at is null;

@@ -144,8 +144,9 @@ exactly what pgflow.start_ready_steps(run_id) guarantees, done set-based:
     per (queue, delay) for all the runs together, and one 'queued' step_tasks row per message is written with
     its message_id and that queue_name (task_index 0 .. initial_tasks-1, paired with the message carrying that
     index); no queue is created here (no DDL);
-  * after sending undelayed messages to a queue, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers
-    listening for that queue (at commit; folded into one notification per queue and transaction); after sending
+  * after sending undelayed messages to a queue, pgflow._wake_queue wakes its workers with payload '': one alive
+    worker of the queue on 'pgflow:w:<worker_id>' (v0.20.0), or every listener of 'pgflow:queue:<queue_name>'
+    when the queue has none (at commit; identical notifications of a transaction are folded); after sending
     delayed ones, pgflow._wake_queue (pgflow._notify_queue_visible_at) announces when they become visible, one {"visible_at": ...} per
     queue and delay (v0.20.0);
   * steps with initial_tasks NULL or 0 are never started here, and conditions are not evaluated here (as in

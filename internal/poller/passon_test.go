@@ -1,0 +1,245 @@
+package poller
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgflow-go/pgflow/internal/claimer"
+	"github.com/pgflow-go/pgflow/internal/completer"
+	"github.com/pgflow-go/pgflow/internal/executor"
+	"github.com/pgflow-go/pgflow/internal/notify"
+	"github.com/pgflow-go/pgflow/internal/pgtest"
+	"github.com/pgflow-go/pgflow/internal/sqlapi"
+	"github.com/pgflow-go/pgflow/internal/taskrun"
+	"github.com/pgflow-go/pgflow/internal/testutil"
+)
+
+// countingDB counts the calls of pgflow.read_and_start_tasks made through it that have finished (their rows
+// closed): the reads of one poller. Counting at the end, not when a read is sent, means a count seen by the test
+// is a read that can no longer see a message sent after it.
+type countingDB struct {
+	sqlapi.DBTX
+	reads atomic.Int32
+}
+
+// countedRows counts its read once when closed.
+type countedRows struct {
+	pgx.Rows
+	once  sync.Once
+	reads *atomic.Int32
+}
+
+func (r *countedRows) Close() {
+	r.Rows.Close()
+	r.once.Do(func() { r.reads.Add(1) })
+}
+
+func (c *countingDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	rows, err := c.DBTX.Query(ctx, sql, args...)
+	if err != nil || !strings.Contains(sql, "read_and_start_tasks") {
+		return rows, err
+	}
+	return &countedRows{Rows: rows, reads: &c.reads}, nil
+}
+
+// member is one poller of a group: one worker row (one worker process) of the queue, with its own listener.
+type member struct {
+	id      string
+	read    *countingDB
+	running atomic.Int32 // handlers running now
+	ran     atomic.Int32 // handler calls
+}
+
+// startMembers runs one real poller per worker id on the queue (each with slots free handler slots and batch as
+// its batch size, listening on the queue's channel and on its own), after their LISTENs are active. Their periodic
+// read is an hour away: only notifications make them read. Handlers block until release is closed.
+func startMembers(t *testing.T, db *pgtest.DB, flow, queue string, ids []string, slots, batch int,
+	release <-chan struct{}) []*member {
+	t.Helper()
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	loop, stop := context.WithCancel(ctx)
+	var stopped []chan struct{}
+	var members []*member
+	for _, id := range ids {
+		m := &member{id: id, read: &countingDB{DBTX: db.Pool}}
+		members = append(members, m)
+		listener := notify.New(notify.Config{Logger: log, Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			return pgx.Connect(ctx, db.URL)
+		}})
+		t.Cleanup(listener.Close)
+		wake, err := listener.Subscribe(sqlapi.QueueChannel(queue))
+		require.NoError(t, err)
+		own, err := listener.Subscribe(sqlapi.WorkerChannel(id))
+		require.NoError(t, err)
+		testutil.WaitClosed(t, "LISTEN on the queue's channel", wake.Active())
+		testutil.WaitClosed(t, "LISTEN on the worker's channel", own.Active())
+		// Drop the first Resyncs: the poller's first read (it always reads once when it starts) covers them, and
+		// without them that read is the only one until a notification comes.
+		wake.Drain()
+		own.Drain()
+
+		comp := completer.New(completer.Config{DB: db.Pool, Logger: log, QueueSize: slots, HardStop: ctx, Calls: ctx, Base: ctx})
+		run := func(context.Context, *taskrun.Env) (json.RawMessage, error) {
+			m.running.Add(1)
+			defer m.running.Add(-1)
+			m.ran.Add(1)
+			<-release
+			return json.RawMessage(`"done"`), nil
+		}
+		exec := executor.New(executor.Config{DB: db.Pool, Completer: comp, Logger: log, Handlers: ctx, GiveUp: make(chan struct{}),
+			Flows: map[string]*taskrun.Flow{flow: {Slug: flow, Steps: map[string]*taskrun.Step{"only": {Slug: "only", Run: run}}}}})
+		tasks := &Tasks{}
+		p := New(Config{DB: db.Pool, Flow: flow, Queue: queue, WorkerID: id, BatchSize: batch, VisibilitySeconds: 30,
+			MaxPollSeconds: 1, PollIntervalMs: 100, MaxPollWait: time.Hour, ListenPollInterval: time.Hour,
+			Slots: NewSlots(slots), Wake: wake, Own: own, Listener: listener,
+			Claimer:  claimer.New(claimer.Config{DB: db.Pool, Read: m.read, Flow: flow, Queue: queue, WorkerID: id, Logger: log}),
+			Executor: exec, Tasks: tasks, Logger: log})
+		done := make(chan struct{})
+		stopped = append(stopped, done)
+		go func() {
+			defer close(done)
+			p.Run(loop, ctx)
+		}()
+		t.Cleanup(func() {
+			tasks.Wait()
+			comp.Stop()
+		})
+	}
+	t.Cleanup(func() {
+		stop()
+		for _, done := range stopped {
+			<-done
+		}
+	})
+	// Both LISTENs were active before Run: after its first read, a poller reads only when notified.
+	for _, m := range members {
+		testutil.WaitFor(t, "the first read of worker "+m.id, func() bool { return m.read.reads.Load() == 1 })
+	}
+	return members
+}
+
+func reads(ms []*member) []int32 {
+	out := make([]int32, len(ms))
+	for i, m := range ms {
+		out[i] = m.read.reads.Load()
+	}
+	return out
+}
+
+// With three alive workers on a queue, a start is read by one of them only: the one the schema woke reads the
+// message, then reads once more (empty) before it waits again; the two others do not read at all.
+func TestOneStartIsReadByOneWorker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	for _, q := range []string{`select pgflow.create_flow('herd')`, `select pgflow.add_step('herd', 'only')`} {
+		_, err := db.Pool.Exec(ctx, q)
+		require.NoError(t, err)
+	}
+	ids := []string{"b0000000-0000-4000-8000-000000000001", "b0000000-0000-4000-8000-000000000002",
+		"b0000000-0000-4000-8000-000000000003"}
+	for _, id := range ids {
+		require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, id, "herd", "poller-test"))
+	}
+	release := make(chan struct{})
+	close(release) // handlers return at once
+	ms := startMembers(t, db, "herd", "herd", ids, 4, 10, release)
+
+	readers := map[string]bool{}
+	for i := range 12 {
+		before := reads(ms)
+		runID := testutil.StartRun(t, db.Pool, "herd", map[string]any{"i": i})
+		require.Equal(t, "completed", testutil.WaitRun(t, db.Pool, runID).Status)
+		var total int32
+		testutil.WaitFor(t, "the woken worker's second (empty) read", func() bool {
+			total = 0
+			for j, n := range reads(ms) {
+				total += n - before[j]
+			}
+			return total >= 2
+		})
+		after := reads(ms)
+		var woken []string
+		for j := range ms {
+			if after[j] != before[j] {
+				woken = append(woken, ms[j].id)
+				require.Equal(t, before[j]+2, after[j], "the woken worker reads twice: the message, then nothing")
+			}
+		}
+		require.Len(t, woken, 1, "start %d: exactly one worker read (reads before %v, after %v)", i, before, after)
+		readers[woken[0]] = true
+	}
+	// Over all starts: the first reads, then two per start (12 random choices among 3 all alike: 3^-11).
+	final := reads(ms)
+	var sum int32
+	for _, n := range final {
+		sum += n
+	}
+	require.Equal(t, int32(3+2*12), sum, "3 first reads, then 2 per start: %v", final)
+	require.Greater(t, len(readers), 1, "the schema spreads the starts over the workers")
+}
+
+// A worker woken alone that cannot take everything passes the wake on to the queue's channel, so the other workers
+// take the rest without waiting for their periodic read (an hour away here). Worker A is the only alive worker
+// (the schema always wakes it); worker B's heartbeat is old, so it is never chosen and reads only when the queue's
+// channel wakes it. Each has one handler slot.
+func TestWokenWorkerPassesOnWhatItCannotTake(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	for _, q := range []string{
+		`select pgflow.create_flow('burst')`,
+		`select pgflow.add_step('burst', 'only', step_type => 'map')`,
+	} {
+		_, err := db.Pool.Exec(ctx, q)
+		require.NoError(t, err)
+	}
+	const a, b = "c0000000-0000-4000-8000-00000000000a", "c0000000-0000-4000-8000-00000000000b"
+	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, a, "burst", "poller-test"))
+	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, b, "burst", "poller-test"))
+	_, err := db.Pool.Exec(ctx, `update pgflow.workers set last_heartbeat_at = now() - interval '1 hour' where worker_id = $1`, b)
+	require.NoError(t, err)
+
+	queueConn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = queueConn.Close(context.Background()) })
+	_, err = queueConn.Exec(ctx, `listen "pgflow:queue:burst"`)
+	require.NoError(t, err)
+	nextQueueNote := func() string {
+		wctx, cancel := context.WithTimeout(ctx, testutil.WaitTimeout)
+		defer cancel()
+		n, err := queueConn.WaitForNotification(wctx)
+		require.NoError(t, err)
+		return n.Payload
+	}
+
+	release := make(chan struct{})
+	ms := startMembers(t, db, "burst", "burst", []string{a, b}, 1, 1, release)
+	mA, mB := ms[0], ms[1]
+
+	// A burst of two tasks in one start: A's read of one message comes back full; it passes the wake on and B takes
+	// the second task while A's handler still runs.
+	runID := testutil.StartRun(t, db.Pool, "burst", []int{1, 2})
+	testutil.WaitFor(t, "both workers running a task", func() bool { return mA.running.Load() == 1 && mB.running.Load() == 1 })
+	require.Empty(t, nextQueueNote(), "the pass-on: a read-now wake on the queue's channel")
+
+	// A third task while both are busy: A, woken alone with no free slot, passes the wake on at once (whichever
+	// worker frees a slot first then takes the task).
+	second := testutil.StartRun(t, db.Pool, "burst", []int{3})
+	require.Empty(t, nextQueueNote(), "the pass-on of a starved worker")
+	close(release)
+	require.Equal(t, "completed", testutil.WaitRun(t, db.Pool, runID).Status)
+	require.Equal(t, "completed", testutil.WaitRun(t, db.Pool, second).Status)
+	require.EqualValues(t, 3, mA.ran.Load()+mB.ran.Load())
+}
