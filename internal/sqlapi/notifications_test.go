@@ -92,7 +92,7 @@ func TestDeferredCallsNotifyOnlyWhenSent(t *testing.T) {
 	require.NoError(t, notes.Send(ctx, db.Pool))
 	require.Equal(t, []string{"pgflow step:completed", "pgflow step:started", wake}, collect())
 
-	// A failure that will be retried at once wakes the queue, after Send only.
+	// A failure that will be retried at once wakes a worker of the queue, after Send only.
 	claimed, _, _, err = sqlapi.ReadAndStartTasks(ctx, db.Pool, "chain", "chain", worker, 1, 30)
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
@@ -104,7 +104,7 @@ func TestDeferredCallsNotifyOnlyWhenSent(t *testing.T) {
 	require.Equal(t, sqlapi.OutcomeRecorded, failed.Outcome)
 	require.Empty(t, collect())
 	require.NoError(t, notes.Send(ctx, db.Pool))
-	require.Equal(t, []string{"pgflow:queue:chain "}, collect())
+	require.Equal(t, []string{sqlapi.WorkerChannel(worker) + " "}, collect(), "the registered worker is woken")
 
 	require.NoError(t, sqlapi.Notifications("").Send(ctx, db.Pool), "nothing to send is no call")
 }

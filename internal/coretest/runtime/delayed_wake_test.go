@@ -40,6 +40,7 @@ func TestFailTaskRetryDelay(t *testing.T) {
 	require.Equal(t, before, fullState(t, db, run.RunID, "rd"))
 
 	collect := queueNotifications(t, d.URL, "rd")
+	collectWorker := channelNotifications(t, d.URL, workerChannel(fx.DefaultWorker))
 	require.Equal(t, "queued", fx.Val[string](t, db,
 		"select status from pgflow.fail_task($1::uuid, 'a', 0, 'slow down', attempt => 1, retry_delay => 7)", run.RunID))
 	require.InDelta(t, 7, fx.VisibleIn(t, db, "rd", msg), 1.5, "the handler's delay, not 1000 * 2")
@@ -56,7 +57,9 @@ func TestFailTaskRetryDelay(t *testing.T) {
 	row := fx.Val[int](t, db, "select attempts_count from pgflow.fail_task($1::uuid, 'a', 0, 'again', attempt => 2, retry_delay => 0)", run.RunID)
 	require.Equal(t, 2, row, "the delay spends the attempt")
 	require.InDelta(t, 0, fx.VisibleIn(t, db, "rd", msg), 1)
-	require.Equal(t, []string{""}, collect(), "visible now: the ordinary wake-up")
+	require.Empty(t, collect(), "visible now: no broadcast while the queue has an alive worker")
+	require.Equal(t, []note{{workerChannel(fx.DefaultWorker), ""}}, collectWorker(),
+		"visible now: the ordinary wake-up, sent to the queue's alive worker (pgflow._wake_queue)")
 
 	require.Len(t, fx.ReadAndStart(t, db, "rd", 30, 1), 1)
 	require.Equal(t, "failed", fx.Val[string](t, db,

@@ -120,7 +120,7 @@ begin
     -- Wake the workers of the queue: now, or when the message becomes visible.
     if v_task.message_id is not null then
       if v_delay = 0 then
-        perform pgflow._notify(array['pgflow:queue:' || v_task.queue_name], array['']);
+        perform pgflow._wake_queue(v_task.queue_name, 0);
       else
         perform pgflow._notify_queue_visible_at(v_task.queue_name, v_retry_at);
       end if;
@@ -283,8 +283,8 @@ pgflow.fail_task(run_id, step_slug, task_index, error_message, attempt, permanen
     choice, e.g. an HTTP Retry-After; at most 2147483647, the integer range; it still spends the attempt), else
     after pgflow.calculate_retry_delay(coalesce(step, flow) opt_base_delay, attempts_count -
     attempts_before_retry); retry_at records that time (the message's new vt). The queue's workers are told:
-    pg_notify('pgflow:queue:<queue>', '') for a delay of 0, else pgflow._notify_queue_visible_at (payload
-    {"visible_at": ...}); no event;
+    pgflow._wake_queue(queue, 0) for a delay of 0 (one alive worker of the queue, else a broadcast), else
+    pgflow._notify_queue_visible_at (payload {"visible_at": ...}); no event;
   * exhausted: the task becomes 'failed' and its message is archived, then per the step's when_exhausted:
     'fail' -> the step fails (step:failed), pgflow._finish_run_steps(run_id, 'run_failed') skips the run's
     unfinished steps (step:skipped each), cancels its unfinished tasks, archives their messages and tells the

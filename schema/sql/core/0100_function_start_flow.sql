@@ -88,7 +88,7 @@ pgflow.start_flow(flow_slug, input, run_id) guarantees:
   * a flow with root map steps only starts with an array input: SQL NULL raises
     'Flow <slug> has root map steps but input is NULL', any other JSON type raises
     'Flow <slug> has root map steps but input is not an array (got <type>)' (P0001), before anything is written;
-  * one run row (run_id = the given one, else random; remaining_steps = number of steps) and one 'created'
+  * one run row (run_id = the given one, else pgflow._new_run_id(), time-ordered; remaining_steps = number of steps) and one 'created'
     step state per step (remaining_deps = deps_count; initial_tasks = 1 for single steps, the input array length
     for root maps, NULL for dependent maps until their parent completes) are written in this transaction;
   * run:started is emitted, then conditions of ready steps are resolved (a 'fail' condition fails the run and no

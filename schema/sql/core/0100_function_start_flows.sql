@@ -147,7 +147,7 @@ comment on function pgflow.start_flows(flow_slug text, inputs jsonb[], run_ids u
 pgflow.start_flows(flow_slug, inputs, run_ids) starts one run per element of inputs in one call (one
 transaction). It guarantees:
   * for every input exactly what pgflow.start_flow(flow_slug, inputs[i], run_ids[i]) guarantees: the run row
-    (run_id = run_ids[i] when given, else random; remaining_steps = number of steps) and one 'created' step
+    (run_id = run_ids[i] when given, else pgflow._new_run_id(), time-ordered; remaining_steps = number of steps) and one 'created' step
     state per step, run:started, conditions resolved (flows with condition patterns resolve them run by run,
     with the same functions start_flow calls), taskless steps completed, ready steps started with tasks and
     messages, and the run completed when nothing is left;
@@ -158,7 +158,7 @@ transaction). It guarantees:
     'Flow <slug> has root map steps but input <n> is NULL', any other JSON type raises
     'Flow <slug> has root map steps but input <n> is not an array (got <type>)' (P0001, n counting from 1),
     before anything is written;
-  * run_ids, when not NULL, must have one element per input (NULL elements mean random ids), else an error
+  * run_ids, when not NULL, must have one element per input (NULL elements mean new time-ordered ids), else an error
     names both lengths; an existing or repeated run id fails the whole call (runs_pkey), an unknown flow fails
     it with runs_flow_slug_fkey, a NULL input of a flow without root maps with the not-null violation on
     runs.input - the call is atomic: all runs start or none;

@@ -92,8 +92,9 @@ pgflow.start_ready_steps(run_id) guarantees:
     (steps.queue_name), delayed by the step's opt_start_delay seconds (NULL = 0), and one 'queued' step_tasks
     row per message is written with its message_id and that same queue_name (task_index 0 .. initial_tasks-1,
     paired with the message carrying that index); no queue is created here (no DDL);
-  * after sending undelayed messages, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers listening for
-    that queue (since v0.18.0); after sending delayed ones, pgflow._wake_queue tells them when they
+  * after sending undelayed messages, pgflow._wake_queue wakes a worker of that queue (v0.20.0: one alive
+    worker on its own channel, else every listener on 'pgflow:queue:<queue_name>'); after sending delayed ones,
+    pgflow._wake_queue tells them when they
     become visible ({"visible_at": ...}, one per queue and distinct delay; v0.20.0);
   * steps with initial_tasks NULL (dependent maps whose parent has not completed) or 0 (taskless, completed by
     cascade_complete_taskless_steps) are never started here. Conditions are not evaluated here: callers resolve

@@ -2684,7 +2684,7 @@ begin
     -- Wake the workers of the queue: now, or when the message becomes visible.
     if v_task.message_id is not null then
       if v_delay = 0 then
-        perform pgflow._notify(array['pgflow:queue:' || v_task.queue_name], array['']);
+        perform pgflow._wake_queue(v_task.queue_name, 0);
       else
         perform pgflow._notify_queue_visible_at(v_task.queue_name, v_retry_at);
       end if;
@@ -2847,8 +2847,8 @@ pgflow.fail_task(run_id, step_slug, task_index, error_message, attempt, permanen
     choice, e.g. an HTTP Retry-After; at most 2147483647, the integer range; it still spends the attempt), else
     after pgflow.calculate_retry_delay(coalesce(step, flow) opt_base_delay, attempts_count -
     attempts_before_retry); retry_at records that time (the message's new vt). The queue's workers are told:
-    pg_notify('pgflow:queue:<queue>', '') for a delay of 0, else pgflow._notify_queue_visible_at (payload
-    {"visible_at": ...}); no event;
+    pgflow._wake_queue(queue, 0) for a delay of 0 (one alive worker of the queue, else a broadcast), else
+    pgflow._notify_queue_visible_at (payload {"visible_at": ...}); no event;
   * exhausted: the task becomes 'failed' and its message is archived, then per the step's when_exhausted:
     'fail' -> the step fails (step:failed), pgflow._finish_run_steps(run_id, 'run_failed') skips the run's
     unfinished steps (step:skipped each), cancels its unfinished tasks, archives their messages and tells the
@@ -3232,8 +3232,9 @@ pgflow.start_ready_steps(run_id) guarantees:
     (steps.queue_name), delayed by the step's opt_start_delay seconds (NULL = 0), and one 'queued' step_tasks
     row per message is written with its message_id and that same queue_name (task_index 0 .. initial_tasks-1,
     paired with the message carrying that index); no queue is created here (no DDL);
-  * after sending undelayed messages, pg_notify('pgflow:queue:<queue_name>', '') wakes the workers listening for
-    that queue (since v0.18.0); after sending delayed ones, pgflow._wake_queue tells them when they
+  * after sending undelayed messages, pgflow._wake_queue wakes a worker of that queue (v0.20.0: one alive
+    worker on its own channel, else every listener on 'pgflow:queue:<queue_name>'); after sending delayed ones,
+    pgflow._wake_queue tells them when they
     become visible ({"visible_at": ...}, one per queue and distinct delay; v0.20.0);
   * steps with initial_tasks NULL (dependent maps whose parent has not completed) or 0 (taskless, completed by
     cascade_complete_taskless_steps) are never started here. Conditions are not evaluated here: callers resolve
@@ -4095,7 +4096,7 @@ pgflow.start_flow(flow_slug, input, run_id) guarantees:
   * a flow with root map steps only starts with an array input: SQL NULL raises
     'Flow <slug> has root map steps but input is NULL', any other JSON type raises
     'Flow <slug> has root map steps but input is not an array (got <type>)' (P0001), before anything is written;
-  * one run row (run_id = the given one, else random; remaining_steps = number of steps) and one 'created'
+  * one run row (run_id = the given one, else pgflow._new_run_id(), time-ordered; remaining_steps = number of steps) and one 'created'
     step state per step (remaining_deps = deps_count; initial_tasks = 1 for single steps, the input array length
     for root maps, NULL for dependent maps until their parent completes) are written in this transaction;
   * run:started is emitted, then conditions of ready steps are resolved (a 'fail' condition fails the run and no
@@ -4258,7 +4259,7 @@ comment on function pgflow.start_flows(flow_slug text, inputs jsonb[], run_ids u
 pgflow.start_flows(flow_slug, inputs, run_ids) starts one run per element of inputs in one call (one
 transaction). It guarantees:
   * for every input exactly what pgflow.start_flow(flow_slug, inputs[i], run_ids[i]) guarantees: the run row
-    (run_id = run_ids[i] when given, else random; remaining_steps = number of steps) and one 'created' step
+    (run_id = run_ids[i] when given, else pgflow._new_run_id(), time-ordered; remaining_steps = number of steps) and one 'created' step
     state per step, run:started, conditions resolved (flows with condition patterns resolve them run by run,
     with the same functions start_flow calls), taskless steps completed, ready steps started with tasks and
     messages, and the run completed when nothing is left;
@@ -4269,7 +4270,7 @@ transaction). It guarantees:
     'Flow <slug> has root map steps but input <n> is NULL', any other JSON type raises
     'Flow <slug> has root map steps but input <n> is not an array (got <type>)' (P0001, n counting from 1),
     before anything is written;
-  * run_ids, when not NULL, must have one element per input (NULL elements mean random ids), else an error
+  * run_ids, when not NULL, must have one element per input (NULL elements mean new time-ordered ids), else an error
     names both lengths; an existing or repeated run id fails the whole call (runs_pkey), an unknown flow fails
     it with runs_flow_slug_fkey, a NULL input of a flow without root maps with the not-null violation on
     runs.input - the call is atomic: all runs start or none;
