@@ -328,18 +328,22 @@ type RunWithStates struct {
 
 const startFlowWithStatesSQL = `select pgflow.start_flow_with_states(flow_slug => $1::text, input => $2::jsonb, run_id => $3::uuid)`
 
+// startFlowArgs are start_flow's input and run_id arguments: SQL NULL for a nil input and for an empty id.
+func startFlowArgs(input json.RawMessage, runID string) (in, id any) {
+	if input != nil {
+		in = string(input)
+	}
+	if runID != "" {
+		id = runID
+	}
+	return in, id
+}
+
 // StartFlowWithStates starts a run of flowSlug with input (a JSON document; nil means SQL NULL) and returns the
 // run as it is at the end of the start. runID "" lets the database choose a random id. Errors are the database's:
 // use IsUnknownFlow, IsDuplicateRun and IsInvalidRunID to classify them.
 func StartFlowWithStates(ctx context.Context, db DBTX, flowSlug string, input json.RawMessage, runID string) (*RunWithStates, error) {
-	var id any
-	if runID != "" {
-		id = runID
-	}
-	var in any
-	if input != nil {
-		in = string(input)
-	}
+	in, id := startFlowArgs(input, runID)
 	var raw []byte
 	if err := db.QueryRow(ctx, startFlowWithStatesSQL, flowSlug, in, id).Scan(&raw); err != nil {
 		return nil, err
@@ -353,14 +357,7 @@ func StartFlowWithStates(ctx context.Context, db DBTX, flowSlug string, input js
 // StartFlowWithStatesDeferred is StartFlowWithStates with the start's notifications deferred: the start commits
 // without notifying and returns what it owes; the caller sends it (Notifications.Send) once the call returned.
 func StartFlowWithStatesDeferred(ctx context.Context, db Batcher, flowSlug string, input json.RawMessage, runID string) (*RunWithStates, Notifications, error) {
-	var id any
-	if runID != "" {
-		id = runID
-	}
-	var in any
-	if input != nil {
-		in = string(input)
-	}
+	in, id := startFlowArgs(input, runID)
 	var raw []byte
 	pending, err := deferNotifications(ctx, db, func(b *pgx.Batch) {
 		b.Queue(startFlowWithStatesSQL, flowSlug, in, id).QueryRow(func(row pgx.Row) error { return row.Scan(&raw) })

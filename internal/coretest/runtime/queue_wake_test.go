@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,35 +12,18 @@ import (
 	fx "github.com/pgflow-go/pgflow/internal/coretest/fixture"
 )
 
-// queueNotifications listens on pgflow:queue:<queue> and returns a function that collects what arrived, waiting
-// until a marker notification sent after the action shows that everything before it was delivered.
+// queueNotifications listens on pgflow:queue:<queue> and returns a function that collects the payloads that
+// arrived, waiting until a marker notification sent after the action shows that everything before it was
+// delivered.
 func queueNotifications(t *testing.T, url, queue string) func() []string {
 	t.Helper()
-	ctx := fx.Ctx(t)
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	channel := "pgflow:queue:" + queue
-	_, err = conn.Exec(ctx, "listen "+pgx.Identifier{channel}.Sanitize())
-	require.NoError(t, err)
+	collect := channelNotifications(t, url, "pgflow:queue:"+queue)
 	return func() []string {
-		// Notifications are delivered in commit order: the marker comes after everything committed before it.
-		marker, err := pgx.Connect(ctx, url)
-		require.NoError(t, err)
-		defer marker.Close(context.Background())
-		_, err = marker.Exec(ctx, `select pg_notify($1, 'marker')`, channel)
-		require.NoError(t, err)
 		var got []string
-		wctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		for {
-			n, err := conn.WaitForNotification(wctx)
-			require.NoError(t, err)
-			if n.Payload == "marker" {
-				return got
-			}
+		for _, n := range collect() {
 			got = append(got, n.Payload)
 		}
+		return got
 	}
 }
 
@@ -111,7 +95,9 @@ func channelNotifications(t *testing.T, url string, channels ...string) func() [
 		marker, err := pgx.Connect(ctx, url)
 		require.NoError(t, err)
 		defer marker.Close(context.Background())
-		_, err = marker.Exec(ctx, `select pg_notify($1, 'marker')`, markerChannel)
+		// Every collector of a test listens on the marker channel: each waits for its own marker.
+		token := fmt.Sprintf("marker %p %d", conn, time.Now().UnixNano())
+		_, err = marker.Exec(ctx, `select pg_notify($1, $2)`, markerChannel, token)
 		require.NoError(t, err)
 		var got []note
 		wctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -120,7 +106,10 @@ func channelNotifications(t *testing.T, url string, channels ...string) func() [
 			n, err := conn.WaitForNotification(wctx)
 			require.NoError(t, err)
 			if n.Channel == markerChannel {
-				return got
+				if n.Payload == token {
+					return got
+				}
+				continue
 			}
 			got = append(got, note{n.Channel, n.Payload})
 		}
