@@ -112,9 +112,9 @@ func (c *Client) startRuns(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowS
 	}
 	var runs []sqlapi.StartedRun
 	var err error
-	if tx == nil && len(norm) < sqlapi.DeferNotificationsBelow {
+	if tx == nil {
 		// Outside a caller's transaction a few starts send their notifications after the commit (see startOnce);
-		// a large batch commits rarely and keeps them in its transaction.
+		// a large batch commits rarely and keeps them in its transaction (sqlapi.DeferNotificationsBelow).
 		var notes sqlapi.Notifications
 		runs, notes, err = sqlapi.StartFlowsDeferred(ctx, c.pool, flowSlug, norm, ids)
 		if err == nil {

@@ -198,11 +198,6 @@ func (c *Completer) flush(batch []*pending) {
 	var done []sqlapi.CompletedTask
 	var notes sqlapi.Notifications
 	err := c.retry(c.cfg.Logger, "complete_tasks", func(ctx context.Context) (err error) {
-		if len(results) >= sqlapi.DeferNotificationsBelow {
-			notes = ""
-			done, err = sqlapi.CompleteTasks(ctx, c.cfg.DB, results)
-			return err
-		}
 		done, notes, err = sqlapi.CompleteTasksDeferred(ctx, c.cfg.DB, results)
 		return err
 	})

@@ -24,18 +24,24 @@ type Notifications string
 // one-step results: about 15 % more server CPU per task deferred).
 const DeferNotificationsBelow = 16
 
-// deferNotifications runs the statements queue adds in one batch (one implicit transaction: all or nothing),
-// between turning pgflow.defer_notifications on for that transaction and reading what it deferred.
-func deferNotifications(ctx context.Context, db Batcher, queue func(b *pgx.Batch)) (Notifications, error) {
+// deferNotifications runs the statements queue adds in one batch (one implicit transaction: all or nothing). For a
+// call of fewer than DeferNotificationsBelow runs or results (n) it turns pgflow.defer_notifications on for that
+// transaction and reads what it deferred; a larger call notifies inside its transaction and returns none.
+func deferNotifications(ctx context.Context, db Batcher, n int, queue func(b *pgx.Batch)) (Notifications, error) {
 	var b pgx.Batch
-	// Start from an empty list: a session-level value someone set on this pooled connection is not ours to send.
-	b.Queue(`select pg_catalog.set_config('pgflow.defer_notifications', 'on', true),
-	                pg_catalog.set_config('pgflow.deferred_notifications', '', true)`)
+	deferring := n < DeferNotificationsBelow
+	if deferring {
+		// Start from an empty list: a session-level value someone set on this pooled connection is not ours to send.
+		b.Queue(`select pg_catalog.set_config('pgflow.defer_notifications', 'on', true),
+		                pg_catalog.set_config('pgflow.deferred_notifications', '', true)`)
+	}
 	queue(&b)
 	var pending *string
-	b.Queue(`select pg_catalog.current_setting('pgflow.deferred_notifications', true)`).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&pending)
-	})
+	if deferring {
+		b.Queue(`select pg_catalog.current_setting('pgflow.deferred_notifications', true)`).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&pending)
+		})
+	}
 	if err := db.SendBatch(ctx, &b).Close(); err != nil {
 		return "", err
 	}

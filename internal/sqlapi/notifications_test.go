@@ -130,3 +130,22 @@ func TestDeferredCallIgnoresAStaleSessionValue(t *testing.T) {
 		require.NotEqual(t, "stale", p[1])
 	}
 }
+
+// A call of DeferNotificationsBelow runs or more commits rarely: it notifies inside its transaction and hands
+// nothing back.
+func TestLargeDeferredCallNotifiesInItsTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	clientFlows(t, db.Pool)
+	collect := listenAll(t, db.URL, "pgflow:queue:chain")
+	inputs := make([]json.RawMessage, sqlapi.DeferNotificationsBelow)
+	for i := range inputs {
+		inputs[i] = json.RawMessage(`{}`)
+	}
+	runs, notes, err := sqlapi.StartFlowsDeferred(ctx, db.Pool, "chain", inputs, nil)
+	require.NoError(t, err)
+	require.Len(t, runs, sqlapi.DeferNotificationsBelow)
+	require.Equal(t, sqlapi.Notifications(""), notes)
+	require.Equal(t, []string{"pgflow:queue:chain "}, collect(), "the wake-up went out with the commit")
+}

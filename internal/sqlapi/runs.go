@@ -359,7 +359,7 @@ func StartFlowWithStates(ctx context.Context, db DBTX, flowSlug string, input js
 func StartFlowWithStatesDeferred(ctx context.Context, db Batcher, flowSlug string, input json.RawMessage, runID string) (*RunWithStates, Notifications, error) {
 	in, id := startFlowArgs(input, runID)
 	var raw []byte
-	pending, err := deferNotifications(ctx, db, func(b *pgx.Batch) {
+	pending, err := deferNotifications(ctx, db, 1, func(b *pgx.Batch) {
 		b.Queue(startFlowWithStatesSQL, flowSlug, in, id).QueryRow(func(row pgx.Row) error { return row.Scan(&raw) })
 	})
 	if err != nil {
@@ -448,14 +448,15 @@ func startFlowsArgs(inputs []json.RawMessage, runIDs []string) (ins []*string, i
 }
 
 // StartFlowsDeferred is StartFlows with the starts' notifications deferred (see Notifications): the caller sends
-// them once the call returned.
+// them once the call returned. From DeferNotificationsBelow inputs on, the starts notify inside their transaction
+// and no Notifications are returned.
 func StartFlowsDeferred(ctx context.Context, db Batcher, flowSlug string, inputs []json.RawMessage, runIDs []string) ([]StartedRun, Notifications, error) {
 	if len(inputs) == 0 {
 		return nil, "", nil
 	}
 	ins, ids := startFlowsArgs(inputs, runIDs)
 	var runs []StartedRun
-	pending, err := deferNotifications(ctx, db, func(b *pgx.Batch) {
+	pending, err := deferNotifications(ctx, db, len(inputs), func(b *pgx.Batch) {
 		b.Queue(startFlowsSQL, flowSlug, ins, ids).Query(func(rows pgx.Rows) (err error) {
 			runs, err = pgx.CollectRows(rows, pgx.RowToStructByPos[StartedRun])
 			return err

@@ -354,7 +354,7 @@ func CompleteTasksDeferred(ctx context.Context, db Batcher, results []TaskResult
 		return nil, "", nil
 	}
 	var done []CompletedTask
-	pending, err := deferNotifications(ctx, db, func(b *pgx.Batch) {
+	pending, err := deferNotifications(ctx, db, len(results), func(b *pgx.Batch) {
 		b.Queue(completeTasksSQL, completeTasksArgs(results)...).Query(func(rows pgx.Rows) (err error) {
 			done, err = scanCompletedTasks(rows, len(results))
 			return err
@@ -466,7 +466,7 @@ func FailTaskAt(ctx context.Context, db Batcher, ref TaskRef, errorMessage strin
 	                                 retry_delay => $7::integer) as t`
 		args = append(args, *s)
 	}
-	pending, err := deferNotifications(ctx, db, func(b *pgx.Batch) {
+	pending, err := deferNotifications(ctx, db, 1, func(b *pgx.Batch) {
 		b.Queue(`select t.status, t.attempts_count, t.requeued_count, t.permanently_stalled_at is not null
 	           from pgflow.runs as r
 	           join pgflow.step_tasks as t on t.run_id = r.run_id
