@@ -29,7 +29,7 @@ func TestDefinitionFunctionSignatures(t *testing.T) {
 		"delete_flow_and_data(p_flow_slug text) void volatile",
 		"ensure_flow_compiled(flow_slug text, shape jsonb, allow_data_loss boolean DEFAULT false, " +
 			"queue_mode text DEFAULT NULL::text) jsonb volatile",
-		"heartbeat_worker(worker_id uuid) boolean volatile",
+		"heartbeat_worker(worker_id uuid, listening boolean DEFAULT false) boolean volatile",
 		"is_local() boolean stable parallel-safe",
 		"is_valid_slug(slug text) boolean immutable",
 		"mark_worker_stopped(worker_id uuid) void volatile",

@@ -44,7 +44,8 @@ func TestTableColumns(t *testing.T) {
 			"retry_at timestamp with time zone, attempts_before_retry integer NOT NULL 0",
 		"workers": "worker_id uuid NOT NULL, queue_name text NOT NULL, function_name text NOT NULL, " +
 			"started_at timestamp with time zone NOT NULL now(), deprecated_at timestamp with time zone, " +
-			"last_heartbeat_at timestamp with time zone NOT NULL now(), stopped_at timestamp with time zone",
+			"last_heartbeat_at timestamp with time zone NOT NULL now(), stopped_at timestamp with time zone, " +
+			"listens_at timestamp with time zone",
 		"worker_functions": "function_name text NOT NULL, enabled boolean NOT NULL true, " +
 			"debounce interval NOT NULL '00:00:06'::interval, last_invoked_at timestamp with time zone, " +
 			"created_at timestamp with time zone NOT NULL now(), updated_at timestamp with time zone NOT NULL now()",
@@ -121,8 +122,8 @@ func TestConstraintAndIndexNames(t *testing.T) {
 			"step_tasks_queue_name_message_id_key",
 		"steps: steps_flow_slug_step_index_key steps_pkey",
 		"worker_functions: worker_functions_pkey",
-		// v0.20.0 added idx_workers_alive (pgflow._wake_queue's lookup of a queue's alive workers).
-		"workers: idx_workers_alive idx_workers_heartbeat idx_workers_queue_name workers_pkey",
+		// v0.20.0 added idx_workers_listening (pgflow._wake_queue's lookup of a queue's alive listening workers).
+		"workers: idx_workers_heartbeat idx_workers_listening idx_workers_queue_name workers_pkey",
 	}, "\n")
 	got := queryVal[string](t, pool, `
 		select string_agg(line, E'\n' order by line)
@@ -140,9 +141,9 @@ func TestConstraintAndIndexNames(t *testing.T) {
 	require.Equal(t, "CREATE INDEX idx_step_tasks_last_worker ON pgflow.step_tasks USING btree (last_worker_id) "+
 		"WHERE (status = 'started'::text)",
 		queryVal[string](t, pool, `select indexdef from pg_indexes where indexname = 'idx_step_tasks_last_worker'`))
-	require.Equal(t, "CREATE INDEX idx_workers_alive ON pgflow.workers USING btree (queue_name, last_heartbeat_at) "+
-		"WHERE ((stopped_at IS NULL) AND (deprecated_at IS NULL))",
-		queryVal[string](t, pool, `select indexdef from pg_indexes where indexname = 'idx_workers_alive'`))
+	require.Equal(t, "CREATE INDEX idx_workers_listening ON pgflow.workers USING btree (queue_name, last_heartbeat_at) "+
+		"WHERE ((stopped_at IS NULL) AND (deprecated_at IS NULL) AND (listens_at IS NOT NULL))",
+		queryVal[string](t, pool, `select indexdef from pg_indexes where indexname = 'idx_workers_listening'`))
 	require.Equal(t, "FOREIGN KEY (last_worker_id) REFERENCES pgflow.workers(worker_id) ON DELETE SET NULL",
 		queryVal[string](t, pool, `select pg_get_constraintdef(oid) from pg_constraint where conname = 'step_tasks_last_worker_id_fkey'`))
 	require.Equal(t, 1, count(t, pool, `select 1 from information_schema.check_constraints

@@ -75,6 +75,55 @@ func TestHeartbeatWorker(t *testing.T) {
 	require.Contains(t, pgErr.Hint, "pgflow.register_worker")
 }
 
+// The heartbeat says whether the worker listens on its own channel (v0.20.0): listens_at is set by the first
+// listening heartbeat and kept by the next ones (since when it listens), cleared by a heartbeat that does not
+// listen, by pgflow's one-argument form (TypeScript workers never count as listening) and by registering again.
+// An unregistered id still raises and writes nothing.
+func TestHeartbeatWorkerRecordsListening(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	ctx := t.Context()
+	mustExec(t, pool, `select pgflow.register_worker($1, 'my_flow', 'my_fn')`, workerID)
+	listensAt := func() *time.Time {
+		var at *time.Time
+		require.NoError(t, pool.QueryRow(ctx, `select listens_at from pgflow.workers where worker_id = $1`, workerID).Scan(&at))
+		return at
+	}
+	require.Nil(t, listensAt(), "a registered worker does not listen until its heartbeat says so")
+
+	require.False(t, queryVal[bool](t, pool, `select pgflow.heartbeat_worker($1, listening => true)`, workerID))
+	first := listensAt()
+	require.NotNil(t, first)
+	require.True(t, queryVal[bool](t, pool,
+		`select listens_at = last_heartbeat_at from pgflow.workers where worker_id = $1`, workerID),
+		"the first listening heartbeat sets listens_at to its own time")
+	mustExec(t, pool, `select pgflow.heartbeat_worker($1, true)`, workerID)
+	require.Equal(t, *first, *listensAt(), "later listening heartbeats keep the time since which it listens")
+	require.True(t, queryVal[bool](t, pool,
+		`select last_heartbeat_at > listens_at from pgflow.workers where worker_id = $1`, workerID),
+		"the heartbeat itself was recorded")
+
+	for _, call := range []string{
+		`select pgflow.heartbeat_worker($1, false)`,
+		`select pgflow.heartbeat_worker($1, null)`,
+		`select pgflow.heartbeat_worker($1)`,
+		`select pgflow.heartbeat_worker(worker_id => $1)`,
+	} {
+		mustExec(t, pool, `select pgflow.heartbeat_worker($1, true)`, workerID)
+		require.NotNil(t, listensAt())
+		mustExec(t, pool, call, workerID)
+		require.Nil(t, listensAt(), "%s: not listening", call)
+	}
+
+	mustExec(t, pool, `select pgflow.heartbeat_worker($1, true)`, workerID)
+	mustExec(t, pool, `select pgflow.register_worker($1, 'my_flow', 'my_fn')`, workerID)
+	require.Nil(t, listensAt(), "registering again starts a life that does not listen yet")
+
+	err := execErr(pool, `select pgflow.heartbeat_worker('22222222-2222-2222-2222-222222222222', true)`)
+	requirePgError(t, err, "P0002", `Worker 22222222-2222-2222-2222-222222222222 is not registered`)
+	require.Equal(t, 1, count(t, pool, `select 1 from pgflow.workers`))
+}
+
 func TestMarkWorkerStopped(t *testing.T) {
 	t.Parallel()
 	pool := newDB(t)

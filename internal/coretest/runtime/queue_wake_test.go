@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,7 +66,9 @@ func TestStartingStepsNotifiesTheQueueOncePerTransaction(t *testing.T) {
 	require.Equal(t, []string{""}, collectChain())
 	tasks := fx.ReadAndStartFrom(t, db.Pool, "chain", "chain", 60, 10)
 	require.Len(t, tasks, 2)
-	// Claiming registered the queue's (alive) default worker: from now on wakes go to it alone.
+	// Claiming registered the queue's (alive) default worker; once its heartbeat says it listens on its own channel,
+	// wakes go to it alone.
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, fx.DefaultWorker)
 	collectWorker := channelNotifications(t, db.URL, workerChannel(fx.DefaultWorker))
 	completeTasks(t, db.Pool, outputsFor(tasks, func(fx.Task) string { return `1` }))
 	require.Equal(t, []note{{workerChannel(fx.DefaultWorker), ""}}, collectWorker(),
@@ -135,8 +138,10 @@ func TestWakeTargetsOneAliveWorker(t *testing.T) {
 	)
 	for _, id := range append(append([]string{}, alive...), stopped, deprecated, stale) {
 		fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'target', 'pgflow-go')`, id)
+		fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, id)
 	}
 	fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'other', 'pgflow-go')`, otherQueue)
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, otherQueue)
 	fx.Exec(t, db.Pool, `select pgflow.mark_worker_stopped($1::uuid)`, stopped)
 	fx.Exec(t, db.Pool, `update pgflow.workers set deprecated_at = now() where worker_id = $1::uuid`, deprecated)
 	fx.Exec(t, db.Pool, `update pgflow.workers set last_heartbeat_at = now() - interval '31 seconds'
@@ -168,6 +173,7 @@ func TestWakeTargetsOneAliveWorker(t *testing.T) {
 
 	// Delayed messages are still announced on the queue channel (every worker remembers their time).
 	fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'later', 'pgflow-go')`, alive[0])
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, alive[0])
 	fx.Exec(t, db.Pool, `select pgflow.start_flow('later', '{}')`)
 	got := collect()
 	require.Len(t, got, 1)
@@ -182,7 +188,74 @@ func TestWakeTargetsOneAliveWorker(t *testing.T) {
 	require.Equal(t, []note{{"pgflow:queue:target", ""}}, collect(), "no alive worker: the queue channel")
 
 	// A heartbeat makes a worker alive again.
-	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid)`, stale)
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, stale)
 	fx.Exec(t, db.Pool, `select pgflow.start_flow('target', '{}')`)
 	require.Equal(t, []note{{workerChannel(stale), ""}}, collect(), "the only alive worker")
+}
+
+// A read-now wake never goes to the own channel of a worker that does not listen there (listens_at NULL): one that
+// registered and heartbeats through pgflow's signatures (a TypeScript worker), one whose last heartbeat said it does
+// not listen (a Go worker whose LISTEN connection is down), one that registered again. With only such alive workers
+// the queue channel gets the wake; with one listening worker among them, exactly that one is told, every time.
+func TestWakeNeverTargetsAWorkerThatDoesNotListen(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	fx.Exec(t, db.Pool, "select pgflow.create_flow('mixed')")
+	fx.Exec(t, db.Pool, "select pgflow.add_step('mixed', 'only')")
+	const (
+		typescript = "e0000000-0000-4000-8000-000000000001" // pgflow's signatures only
+		lost       = "e0000000-0000-4000-8000-000000000002" // listened, then its heartbeat said it no longer does
+		restarted  = "e0000000-0000-4000-8000-000000000003" // listened, then registered again
+		listener   = "e0000000-0000-4000-8000-000000000004"
+	)
+	for _, id := range []string{typescript, lost, restarted, listener} {
+		fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'mixed', 'test')`, id)
+	}
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid)`, typescript)
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, lost)
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => false)`, lost)
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, restarted)
+	fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'mixed', 'test')`, restarted)
+	collect := channelNotifications(t, db.URL, workerChannel(typescript), workerChannel(lost), workerChannel(restarted),
+		workerChannel(listener), "pgflow:queue:mixed")
+	require.Equal(t, int64(4), fx.Val[int64](t, db.Pool, `select count(*) from pgflow.workers
+		where queue_name = 'mixed' and stopped_at is null and deprecated_at is null
+		  and last_heartbeat_at >= now() - interval '30 seconds'`), "all four workers are alive")
+
+	// No alive worker listens on its own channel: the queue channel, every time.
+	for i := range 10 {
+		fx.Exec(t, db.Pool, `select pgflow.start_flow('mixed', '{}')`)
+		require.Equal(t, []note{{"pgflow:queue:mixed", ""}}, collect(), "start %d: no listening worker: broadcast", i)
+	}
+
+	// One listens: it alone is told, every time (the three others are never chosen).
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, listener)
+	for i := range 20 {
+		fx.Exec(t, db.Pool, `select pgflow.start_flow('mixed', '{}')`)
+		require.Equal(t, []note{{workerChannel(listener), ""}}, collect(), "start %d: the only listening worker", i)
+	}
+
+	// Its next heartbeat says it stopped listening: broadcast again.
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => false)`, listener)
+	fx.Exec(t, db.Pool, `select pgflow.start_flow('mixed', '{}')`)
+	require.Equal(t, []note{{"pgflow:queue:mixed", ""}}, collect(), "it stopped listening")
+
+	// The lookup's conditions imply idx_workers_listening's predicate: the index serves it (forced here, since
+	// the planner prefers reading a table this small whole).
+	ctx := fx.Ctx(t)
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `set local enable_seqscan = off`)
+	require.NoError(t, err)
+	rows, err := tx.Query(ctx, `
+		explain (costs off)
+		select w.worker_id from pgflow.workers as w
+		 where w.queue_name = 'mixed' and w.stopped_at is null and w.deprecated_at is null and w.listens_at is not null
+		   and w.last_heartbeat_at >= clock_timestamp() - interval '30 seconds'
+		 order by pg_catalog.random() limit 1`)
+	require.NoError(t, err)
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Contains(t, strings.Join(plan, "\n"), "idx_workers_listening")
 }

@@ -75,10 +75,120 @@ drop index pgflow.idx_step_tasks_queued;
 drop index pgflow.idx_step_tasks_queued_msg;
 drop index pgflow.idx_step_tasks_completed;
 
--- Targeted wake (issue 16): pgflow._wake_queue looks up one alive worker of a queue per wake; rows of stopped and
--- deprecated workers pile up until they are pruned, so only the others are indexed, by queue and heartbeat.
-create index idx_workers_alive on pgflow.workers (queue_name, last_heartbeat_at)
-  where stopped_at is null and deprecated_at is null;
+-- >>> Targeted wake, listening workers only (issue 16) - one block: the workers table, heartbeat_worker.
+-- pgflow._wake_queue looks up one alive worker of a queue per wake, among those whose heartbeat says they listen on
+-- their own channel (listens_at; a constant-free nullable column: no table rewrite, every existing row counts as
+-- not listening until its next heartbeat says otherwise). Rows of stopped, deprecated and non-listening workers are
+-- never chosen, so only the others are indexed, by queue and heartbeat.
+alter table pgflow.workers add column listens_at timestamptz;
+
+comment on column pgflow.workers.listens_at is
+  'Since when the worker has listened on its own channel pgflow:w:<worker_id>, as its heartbeats report (pgflow.heartbeat_worker(worker_id, listening => true)); NULL = it does not listen there (or does not say: pgflow''s TypeScript worker, a PollOnly or older Go worker, a Go worker whose LISTEN connection is down). Only such workers are woken alone by pgflow._wake_queue. A time rather than a boolean: it costs the same, stays NULL for every row written by pgflow''s own functions, and shows operators when a worker''s listener last (re)connected.';
+
+create index idx_workers_listening on pgflow.workers (queue_name, last_heartbeat_at)
+  where stopped_at is null and deprecated_at is null and listens_at is not null;
+
+-- heartbeat_worker gains an optional second argument (listening, default false): the new form is created next to
+-- pgflow's one-argument form, receives the EXECUTE grants of the old one, and the old one is dropped (a call with
+-- one argument would otherwise be ambiguous). register_worker clears listens_at (a new life does not listen yet).
+-- generated from sql/core: 0100_function_heartbeat_worker.sql
+create or replace function pgflow.heartbeat_worker(worker_id uuid, listening boolean default false)
+returns boolean
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_deprecated boolean;
+begin
+  -- Every heartbeat restates whether the worker listens on its own channel, so a worker that lost its LISTEN
+  -- connection stops being woken alone at its next heartbeat even if it could not say so at once, and pgflow's
+  -- one-argument callers (which know nothing of that channel) always count as not listening.
+  update pgflow.workers as w
+  set last_heartbeat_at = c.ts,
+      listens_at = case when heartbeat_worker.listening then coalesce(w.listens_at, c.ts) end
+  from (select clock_timestamp() as ts) as c
+  where w.worker_id = heartbeat_worker.worker_id
+  returning w.deprecated_at is not null into v_deprecated;
+
+  if not found then
+    raise exception using
+      errcode = 'P0002',
+      message = format('Worker %s is not registered', heartbeat_worker.worker_id),
+      hint = 'Call pgflow.register_worker(worker_id, queue_name, function_name) first.';
+  end if;
+
+  return v_deprecated;
+end;
+$$;
+
+comment on function pgflow.heartbeat_worker(worker_id uuid, listening boolean) is $doc$
+pgflow.heartbeat_worker(worker_id, listening => false) guarantees: records that the worker is alive
+(last_heartbeat_at = clock_timestamp()) and returns true when the worker has been deprecated and should finish its
+in-flight work and exit, false otherwise. An unregistered worker_id raises (SQLSTATE P0002) naming the id, so the
+worker can register again instead of heartbeating into nothing.
+Since v0.20.0 it also records whether the worker listens on its own channel 'pgflow:w:<worker_id>' now (see
+pgflow._wake_queue): listening true keeps listens_at when it is set and sets it to the same clock_timestamp()
+otherwise (listens_at = since when the worker has listened without interruption, as its heartbeats report);
+listening false or NULL, and pgflow's one-argument call, set listens_at to NULL. A worker says true only while its
+LISTEN on that channel is in effect. The same id and row as before v0.20.0; the second argument is optional, so
+pgflow's heartbeat_worker(worker_id) calls keep working unchanged.
+$doc$;
+-- end generated
+
+do $heartbeat_grants$
+declare
+  v_grantee text;
+begin
+  for v_grantee in
+    select a.grantee::regrole::text
+      from pg_catalog.pg_proc as p
+      cross join lateral pg_catalog.aclexplode(p.proacl) as a
+     where p.oid = pg_catalog.to_regprocedure('pgflow.heartbeat_worker(uuid)')
+       and a.privilege_type = 'EXECUTE'
+       and a.grantee <> 0
+       and a.grantee <> p.proowner
+  loop
+    execute format('grant execute on function pgflow.heartbeat_worker(uuid, boolean) to %s', v_grantee);
+  end loop;
+end;
+$heartbeat_grants$;
+
+drop function pgflow.heartbeat_worker(uuid);
+
+-- generated from sql/core: 0100_function_register_worker.sql
+create or replace function pgflow.register_worker(worker_id uuid, queue_name text, function_name text)
+returns pgflow.workers
+language sql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+  insert into pgflow.workers as w (worker_id, queue_name, function_name, started_at, last_heartbeat_at)
+  values (
+    register_worker.worker_id, register_worker.queue_name, register_worker.function_name,
+    clock_timestamp(), clock_timestamp()
+  )
+  on conflict on constraint workers_pkey do update set
+    queue_name = excluded.queue_name,
+    function_name = excluded.function_name,
+    started_at = excluded.started_at,
+    last_heartbeat_at = excluded.last_heartbeat_at,
+    deprecated_at = null,
+    stopped_at = null,
+    listens_at = null
+  returning w.*;
+$$;
+
+comment on function pgflow.register_worker(worker_id uuid, queue_name text, function_name text) is $doc$
+pgflow.register_worker(worker_id, queue_name, function_name) guarantees: a workers row for worker_id exists
+afterwards and describes a live worker: queue_name and function_name as given, started_at and
+last_heartbeat_at = clock_timestamp(), deprecated_at and stopped_at NULL (registering again starts a new life
+of the same id), and listens_at NULL (since v0.20.0: a new life does not listen on its own channel until its
+heartbeat says so, pgflow.heartbeat_worker(worker_id, listening => true)). Returns the row. Must run before the
+worker claims tasks (step_tasks.last_worker_id references it).
+$doc$;
+-- end generated
+-- <<< Targeted wake, listening workers only (issue 16).
 
 -- Runs that failed before v0.20.0 look finished too: their unfinished steps are skipped (run_failed), their
 -- unfinished tasks cancelled (their messages were archived when the run failed), and remaining_steps counts what
@@ -724,12 +834,16 @@ begin
   -- One alive worker of the queue is told, not all of them: every worker told reads the queue, and all but one of
   -- those reads would come back empty (a thundering herd, one read per worker process per start). Alive means
   -- what RunHealth counts as alive: not stopped, not deprecated, a heartbeat within the last 30 s (six default
-  -- heartbeat intervals). Random, not round-robin: a rotation needs a shared counter that every start would write.
+  -- heartbeat intervals). Only a worker whose heartbeat says it listens on its own channel may be chosen: a wake
+  -- sent to one that does not (pgflow's TypeScript worker, an older or PollOnly Go worker, a Go worker whose
+  -- LISTEN connection is down) is lost, and its messages wait for a periodic read. Random, not round-robin: a
+  -- rotation needs a shared counter that every start would write. idx_workers_listening serves the lookup.
   select w.worker_id into v_worker
     from pgflow.workers as w
    where w.queue_name = _wake_queue.queue_name
      and w.stopped_at is null
      and w.deprecated_at is null
+     and w.listens_at is not null
      and w.last_heartbeat_at >= clock_timestamp() - interval '30 seconds'
    order by pg_catalog.random()
    limit 1;
@@ -744,15 +858,18 @@ $$;
 comment on function pgflow._wake_queue(queue_name text, delay_seconds integer) is $doc$
 pgflow._wake_queue(queue_name, delay_seconds) guarantees (v0.20.0): tells the workers of queue_name that messages
 were just sent to that queue (or made visible again) with the given delay.
-  * Delay of 0 or less or NULL (read now), since v0.20.0 targeted: when the queue has an alive worker (a
-    pgflow.workers row of queue_name with stopped_at and deprecated_at NULL and last_heartbeat_at within 30 s of
-    clock_timestamp()), exactly one of them, chosen at random, is notified on its own channel
-    'pgflow:w:<worker_id>' with payload ''; nothing is sent on 'pgflow:queue:<queue_name>'. When the queue has
-    no alive worker, payload '' goes to 'pgflow:queue:<queue_name>' (every listener, as before v0.20.0: SQL-only
-    consumers and workers that do not listen on their own channel). Workers that are stopped, deprecated or
-    without a recent heartbeat are never chosen. A chosen worker that is busy or gone loses no message: the
-    messages stay visible in the queue and any worker's next read takes them (a Go worker reads at least every
-    2 s; a Go worker that cannot take everything it was woken for passes the wake on to the queue channel).
+  * Delay of 0 or less or NULL (read now), since v0.20.0 targeted: when the queue has an alive listening worker
+    (a pgflow.workers row of queue_name with stopped_at and deprecated_at NULL, last_heartbeat_at within 30 s of
+    clock_timestamp() and listens_at not NULL, i.e. its last heartbeat said it listens on its own channel),
+    exactly one of them, chosen at random, is notified on its own channel 'pgflow:w:<worker_id>' with payload '';
+    nothing is sent on 'pgflow:queue:<queue_name>'. When the queue has no alive listening worker, payload '' goes
+    to 'pgflow:queue:<queue_name>' (every listener, as before v0.20.0: SQL-only consumers and workers that do not
+    listen on their own channel). Workers that are stopped, deprecated, without a recent heartbeat or not
+    listening (listens_at NULL: every row registered and heartbeated only through pgflow's signatures, such as
+    pgflow's TypeScript worker) are never notified on their own channel. A chosen worker that is busy or gone
+    loses no message: the messages stay visible in the queue and any worker's next read takes them (a Go worker
+    reads at least every 2 s; a Go worker that cannot take everything it was woken for passes the wake on to the
+    queue channel).
   * Delay above 0: pgflow._notify_queue_visible_at with clock_timestamp() + delay, which is never earlier than the
     visibility the messages got a moment before (a broadcast on the queue channel: every worker keeps the time).
 Every notification goes through pgflow._notify (so a transaction that defers its notifications gets these back
@@ -4641,12 +4758,6 @@ pgflow.get_run_with_states(run_id) guarantees: one consistent read of a run and 
 ([] when the flow has no steps); keys are the column names. Returns SQL NULL for an unknown run_id.
 Changes nothing. SECURITY DEFINER so an operator can grant API users this one function instead of the tables.
 $doc$;
-comment on function pgflow.heartbeat_worker(worker_id uuid) is $doc$
-pgflow.heartbeat_worker(worker_id) guarantees: records that the worker is alive (last_heartbeat_at =
-clock_timestamp()) and returns true when the worker has been deprecated and should finish its in-flight work and
-exit, false otherwise. An unregistered worker_id raises (SQLSTATE P0002) naming the id, so the worker can
-register again instead of heartbeating into nothing.
-$doc$;
 comment on function pgflow.is_local() is $doc$
 pgflow.is_local() guarantees: true exactly when this session runs against a local development database, which
 pgflow-go recognises in two ways:
@@ -4665,13 +4776,6 @@ comment on function pgflow.poll_for_tasks(queue_name text, vt integer, qty integ
 pgflow.poll_for_tasks(...) guarantees: nothing. It is a deprecated stub kept so that very old workers calling it
 get a NOTICE telling them to upgrade instead of an "undefined function" error; it returns no rows and changes
 nothing. Current workers read with pgmq.read_with_poll and claim with pgflow.start_tasks.
-$doc$;
-comment on function pgflow.register_worker(worker_id uuid, queue_name text, function_name text) is $doc$
-pgflow.register_worker(worker_id, queue_name, function_name) guarantees: a workers row for worker_id exists
-afterwards and describes a live worker: queue_name and function_name as given, started_at and
-last_heartbeat_at = clock_timestamp(), deprecated_at and stopped_at NULL (registering again starts a new life
-of the same id). Returns the row. Must run before the worker claims tasks (step_tasks.last_worker_id references
-it).
 $doc$;
 comment on function pgflow.requeue_stalled_tasks() is $doc$
 pgflow.requeue_stalled_tasks() guarantees (run periodically by one worker per database, under an advisory lock;
