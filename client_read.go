@@ -66,7 +66,11 @@ type WorkerInfo struct {
 	HeartbeatAge    time.Duration
 	DeprecatedAt    *time.Time // set when the worker was told to stop (it finishes its tasks first)
 	StoppedAt       *time.Time // set when the worker stopped cleanly
-	RunningTasks    int64      // its tasks with status started
+	// ListensAt is since when the worker has listened on its own notification channel, nil when it does not (a
+	// PollOnly worker, one whose LISTEN connection is down, pgflow's TypeScript worker). The schema wakes only
+	// listening workers alone; see docs/performance.md ("Targeted wake").
+	ListensAt    *time.Time
+	RunningTasks int64 // its tasks with status started
 }
 
 // ListFlows returns every flow in the database, in slug order, with its steps and its run counts. Counting runs
@@ -153,6 +157,7 @@ func (c *Client) ListWorkers(ctx context.Context, since time.Duration) ([]Worker
 			HeartbeatAge:    w.HeartbeatAge,
 			DeprecatedAt:    w.DeprecatedAt,
 			StoppedAt:       w.StoppedAt,
+			ListensAt:       w.ListensAt,
 			RunningTasks:    w.RunningTasks,
 		}
 	}

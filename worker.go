@@ -388,7 +388,6 @@ func (w *Worker) launch(ctx context.Context) {
 			flowSlots = poller.NewSlots(f.limit)
 		}
 		for _, q := range f.queues {
-			rows = append(rows, maintenance.Row{WorkerID: q.workerID, Queue: q.name})
 			log := w.log.With("flow", f.def.Slug, "worker_id", q.workerID, "queue", q.name)
 			var sub, own *notify.Subscription
 			if listener != nil {
@@ -407,6 +406,13 @@ func (w *Worker) launch(ctx context.Context) {
 					}
 				}
 			}
+			row := maintenance.Row{WorkerID: q.workerID, Queue: q.name}
+			if own != nil {
+				// The heartbeat tells the schema whether this row's LISTEN is in effect: only then may it be woken
+				// alone (a wake sent to a row that does not listen would be lost until a periodic read).
+				row.Listening = own.Listening
+			}
+			rows = append(rows, row)
 			p := poller.New(poller.Config{
 				DB: w.pool, Flow: f.def.Slug, Queue: q.name, WorkerID: q.workerID, BatchSize: f.batch,
 				VisibilitySeconds: w.cfg.vtSeconds, MaxPollSeconds: w.cfg.maxPollSeconds, PollIntervalMs: w.cfg.pollIntervalMs,

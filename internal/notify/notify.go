@@ -117,6 +117,7 @@ func (l *Listener) Subscribe(channel string) (*Subscription, error) {
 		limit:   l.cfg.QueueLimit,
 		ready:   make(chan struct{}, 1),
 		active:  make(chan struct{}),
+		changed: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
 	l.mu.Lock()
@@ -160,6 +161,11 @@ func (l *Listener) Close() {
 	}
 	all := l.subs
 	l.subs = make(map[string]map[*Subscription]uint64)
+	for _, set := range all {
+		for s := range set {
+			s.setListening(false)
+		}
+	}
 	l.mu.Unlock()
 	for _, set := range all {
 		for s := range set {
@@ -194,6 +200,7 @@ func (l *Listener) remove(s *Subscription) {
 			delete(l.subs, s.channel)
 		}
 	}
+	s.setListening(false)
 	l.mu.Unlock()
 	l.poke()
 }
@@ -259,7 +266,7 @@ func (l *Listener) markInactive() {
 	l.mu.Lock()
 	for _, set := range l.subs {
 		for s := range set {
-			s.listening = false
+			s.setListening(false)
 		}
 	}
 	l.mu.Unlock()
@@ -347,7 +354,7 @@ func (l *Listener) sync(ctx context.Context, conn *pgx.Conn, listened map[string
 		}
 		for s := range set {
 			if !s.listening {
-				s.listening = true
+				s.setListening(true)
 				s.push(Message{Resync: true})
 				s.activeOnce.Do(func() { close(s.active) })
 			}
@@ -382,8 +389,10 @@ type Subscription struct {
 	limit   int
 
 	// listening is guarded by l.mu: true while the current connection listens on the channel for this
-	// subscription (it has received its Resync).
+	// subscription (it has received its Resync). changed, guarded by l.mu too, is closed and replaced whenever
+	// listening changes.
 	listening  bool
+	changed    chan struct{}
 	activeOnce sync.Once
 	active     chan struct{}
 
@@ -405,6 +414,27 @@ func (s *Subscription) Ready() <-chan struct{} { return s.ready }
 // After that, every notification committed on the channel reaches the subscription while the connection
 // stays up; after a reconnect a Resync is queued again.
 func (s *Subscription) Active() <-chan struct{} { return s.active }
+
+// Listening reports whether the listener's connection listens on the channel for this subscription now: true from
+// the moment its LISTEN succeeded (when its Resync is queued) until the connection is lost, the subscription is
+// closed or the listener is closed; true again after the listener reconnected and listened again. changed is closed
+// at the next change, so a caller that reads the state, acts on it and then waits on changed misses none. A lost
+// connection is noticed when a read on it fails or a ping finds it dead (Config.PingInterval).
+func (s *Subscription) Listening() (listening bool, changed <-chan struct{}) {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	return s.listening, s.changed
+}
+
+// setListening records the subscription's listening state and wakes the callers waiting for a change; l.mu is held.
+func (s *Subscription) setListening(v bool) {
+	if s.listening == v {
+		return
+	}
+	s.listening = v
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
 
 // Done is closed when the subscription ends: Close was called on it or on the listener.
 func (s *Subscription) Done() <-chan struct{} { return s.done }

@@ -289,3 +289,90 @@ func TestIdleConnectionIsPingedAndKept(t *testing.T) {
 	require.Equal(t, []string{"still here"}, collectPayloads(t, s, 1))
 	require.Equal(t, pid, l.BackendPID())
 }
+
+// waitListening waits until the subscription's listening state is want, following its change channel.
+func waitListening(t *testing.T, s *notify.Subscription, want bool) {
+	t.Helper()
+	deadline := time.After(waitLimit)
+	for {
+		got, changed := s.Listening()
+		if got == want {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("subscription to %q: listening stayed %v", s.Channel(), got)
+		}
+	}
+}
+
+// Listening is true exactly while the connection listens for the subscription: not before its LISTEN, not while
+// the connection is lost and cannot be re-established, again after the listener reconnected, and never after the
+// subscription or the listener was closed. Each change closes the channel handed out with the previous state.
+func TestListeningFollowsTheConnection(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	ctx := context.Background()
+	var refuse atomic.Bool
+	refuse.Store(true)
+	l := newListener(t, db, func(c *notify.Config) {
+		inner := c.Connect
+		c.Connect = func(ctx context.Context) (*pgx.Conn, error) {
+			if refuse.Load() {
+				return nil, errors.New("simulated: the listen connection is unavailable")
+			}
+			return inner(ctx)
+		}
+	})
+	s, err := l.Subscribe("zeta")
+	require.NoError(t, err)
+	listening, changed := s.Listening()
+	require.False(t, listening, "no connection yet: not listening")
+
+	refuse.Store(false)
+	waitActive(t, s)
+	select {
+	case <-changed:
+	default:
+		t.Fatal("the change to listening closed the earlier change channel")
+	}
+	listening, changed = s.Listening()
+	require.True(t, listening, "listening once the LISTEN succeeded (Active is closed)")
+
+	// The connection is lost and cannot come back for now: not listening.
+	refuse.Store(true)
+	var terminated bool
+	require.NoError(t, db.Pool.QueryRow(ctx, "select pg_terminate_backend($1)", int32(l.BackendPID())).Scan(&terminated))
+	require.True(t, terminated)
+	<-changed
+	waitListening(t, s, false)
+	listening, _ = s.Listening()
+	require.False(t, listening)
+
+	// It comes back: listening again, announced by a Resync, and notifications arrive.
+	refuse.Store(false)
+	waitListening(t, s, true)
+	var sawResync bool
+	for !sawResync {
+		for _, m := range next(t, s) {
+			sawResync = sawResync || m.Resync
+		}
+	}
+	notifyDB(t, db, "zeta", "back")
+	require.Equal(t, []string{"back"}, collectPayloads(t, s, 1))
+
+	// A closed subscription does not listen; neither does one of a closed listener.
+	_, changed = s.Listening()
+	s.Close()
+	<-changed
+	listening, _ = s.Listening()
+	require.False(t, listening)
+	other, err := l.Subscribe("eta")
+	require.NoError(t, err)
+	waitActive(t, other)
+	waitListening(t, other, true)
+	l.Close()
+	listening, _ = other.Listening()
+	require.False(t, listening)
+}

@@ -3,8 +3,11 @@ package poller
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +20,7 @@ import (
 	"github.com/pgflow-go/pgflow/internal/claimer"
 	"github.com/pgflow-go/pgflow/internal/completer"
 	"github.com/pgflow-go/pgflow/internal/executor"
+	"github.com/pgflow-go/pgflow/internal/maintenance"
 	"github.com/pgflow-go/pgflow/internal/notify"
 	"github.com/pgflow-go/pgflow/internal/pgtest"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
@@ -55,16 +59,20 @@ func (c *countingDB) Query(ctx context.Context, sql string, args ...any) (pgx.Ro
 // member is one poller of a group: one worker row (one worker process) of the queue, with its own listener.
 type member struct {
 	id      string
+	deaf    bool // its listener never connects
 	read    *countingDB
 	running atomic.Int32 // handlers running now
 	ran     atomic.Int32 // handler calls
 }
 
 // startMembers runs one real poller per worker id on the queue (each with slots free handler slots and batch as
-// its batch size, listening on the queue's channel and on its own), after their LISTENs are active. Their periodic
-// read is an hour away: only notifications make them read. Handlers block until release is closed.
+// its batch size, listening on the queue's channel and on its own), after their LISTENs are active, and the real
+// heartbeat loop of each worker row (maintenance.Heartbeat), which tells the schema that the row listens on its own
+// channel. Their periodic read is an hour away: only notifications make them read. Handlers block until release is
+// closed. The members named in deaf have a listener that can never connect (a worker whose LISTEN connection is
+// unavailable): they read with pgmq.read_with_poll (not counted in reads) and heartbeat without listening.
 func startMembers(t *testing.T, db *pgtest.DB, flow, queue string, ids []string, slots, batch int,
-	release <-chan struct{}) []*member {
+	release <-chan struct{}, deaf ...string) []*member {
 	t.Helper()
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -72,9 +80,12 @@ func startMembers(t *testing.T, db *pgtest.DB, flow, queue string, ids []string,
 	var stopped []chan struct{}
 	var members []*member
 	for _, id := range ids {
-		m := &member{id: id, read: &countingDB{DBTX: db.Pool}}
+		m := &member{id: id, read: &countingDB{DBTX: db.Pool}, deaf: slices.Contains(deaf, id)}
 		members = append(members, m)
 		listener := notify.New(notify.Config{Logger: log, Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			if m.deaf {
+				return nil, errors.New("simulated: the listen connection is unavailable")
+			}
 			return pgx.Connect(ctx, db.URL)
 		}})
 		t.Cleanup(listener.Close)
@@ -82,12 +93,15 @@ func startMembers(t *testing.T, db *pgtest.DB, flow, queue string, ids []string,
 		require.NoError(t, err)
 		own, err := listener.Subscribe(sqlapi.WorkerChannel(id))
 		require.NoError(t, err)
-		testutil.WaitClosed(t, "LISTEN on the queue's channel", wake.Active())
-		testutil.WaitClosed(t, "LISTEN on the worker's channel", own.Active())
-		// Drop the first Resyncs: the poller's first read (it always reads once when it starts) covers them, and
-		// without them that read is the only one until a notification comes.
-		wake.Drain()
-		own.Drain()
+		if !m.deaf {
+			testutil.WaitClosed(t, "LISTEN on the queue's channel", wake.Active())
+			testutil.WaitClosed(t, "LISTEN on the worker's channel", own.Active())
+			// Drop the first Resyncs: the poller's first read (it always reads once when it starts) covers them,
+			// and without them that read is the only one until a notification comes.
+			wake.Drain()
+			own.Drain()
+		}
+		stopped = append(stopped, runHeartbeat(loop, db, maintenance.Row{WorkerID: id, Queue: queue, Listening: own.Listening}, log))
 
 		comp := completer.New(completer.Config{DB: db.Pool, Logger: log, QueueSize: slots, HardStop: ctx, Calls: ctx, Base: ctx})
 		run := func(context.Context, *taskrun.Env) (json.RawMessage, error) {
@@ -122,11 +136,31 @@ func startMembers(t *testing.T, db *pgtest.DB, flow, queue string, ids []string,
 			<-done
 		}
 	})
-	// Both LISTENs were active before Run: after its first read, a poller reads only when notified.
 	for _, m := range members {
-		testutil.WaitFor(t, "the first read of worker "+m.id, func() bool { return m.read.reads.Load() == 1 })
+		// The heartbeat says what the row's LISTEN is: listening once it is active, never for a deaf member.
+		testutil.WaitFor(t, "the heartbeat of worker "+m.id, func() bool {
+			var said, listening bool
+			require.NoError(t, db.Pool.QueryRow(ctx, `select last_heartbeat_at > started_at, listens_at is not null
+				from pgflow.workers where worker_id = $1`, m.id).Scan(&said, &listening))
+			return said && listening == !m.deaf
+		})
+		if !m.deaf {
+			// Both LISTENs were active before Run: after its first read, a poller reads only when notified.
+			testutil.WaitFor(t, "the first read of worker "+m.id, func() bool { return m.read.reads.Load() == 1 })
+		}
 	}
 	return members
+}
+
+// runHeartbeat runs the heartbeat loop of one worker row (interval an hour: only its first pass and the changes of
+// its listening state write) until ctx ends; the returned channel is closed when it has returned.
+func runHeartbeat(ctx context.Context, db *pgtest.DB, row maintenance.Row, log *slog.Logger) chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		maintenance.Heartbeat(ctx, db.Pool, []maintenance.Row{row}, "poller-test", time.Hour, log, func() {})
+	}()
+	return done
 }
 
 func reads(ms []*member) []int32 {
@@ -191,6 +225,43 @@ func TestOneStartIsReadByOneWorker(t *testing.T) {
 	require.Greater(t, len(readers), 1, "the schema spreads the starts over the workers")
 }
 
+// A worker whose LISTEN connection is unavailable is alive (it heartbeats) but never chosen: its heartbeat says it
+// does not listen on its own channel, so every start wakes the worker that listens. Each of 12 starts is read by
+// that worker exactly once, and its periodic read is an hour away: the read is the wake's (before v0.20.0's
+// listening flag, about half the starts woke the deaf worker and waited for a periodic read). The deaf worker reads
+// with pgmq.read_with_poll and may take some of the tasks; that changes nothing in the count.
+func TestAWorkerThatDoesNotListenIsNeverWoken(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	for _, q := range []string{`select pgflow.create_flow('deaf')`, `select pgflow.add_step('deaf', 'only')`} {
+		_, err := db.Pool.Exec(ctx, q)
+		require.NoError(t, err)
+	}
+	const hearing, deaf = "f0000000-0000-4000-8000-000000000001", "f0000000-0000-4000-8000-000000000002"
+	for _, id := range []string{hearing, deaf} {
+		require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, id, "deaf", "poller-test"))
+	}
+	release := make(chan struct{})
+	close(release)
+	ms := startMembers(t, db, "deaf", "deaf", []string{hearing, deaf}, 4, 10, release, deaf)
+	listener := ms[0]
+	var alive int
+	require.NoError(t, db.Pool.QueryRow(ctx, `select count(*) from pgflow.workers where queue_name = 'deaf'
+		and stopped_at is null and deprecated_at is null and last_heartbeat_at >= now() - interval '30 seconds'`).Scan(&alive))
+	require.Equal(t, 2, alive, "both workers are alive")
+
+	for i := range 12 {
+		before := listener.read.reads.Load()
+		runID := testutil.StartRun(t, db.Pool, "deaf", map[string]any{"i": i})
+		require.Equal(t, "completed", testutil.WaitRun(t, db.Pool, runID).Status)
+		testutil.WaitFor(t, fmt.Sprintf("start %d: the listening worker's read", i), func() bool {
+			return listener.read.reads.Load() == before+1
+		})
+	}
+	require.Equal(t, int32(1+12), listener.read.reads.Load(), "the first read, then one per start, each woken")
+}
+
 // A worker woken alone that cannot take everything passes the wake on to the queue's channel, so the other workers
 // take the rest without waiting for their periodic read (an hour away here). Worker A is the only alive worker
 // (the schema always wakes it); worker B's heartbeat is old, so it is never chosen and reads only when the queue's
@@ -209,8 +280,6 @@ func TestWokenWorkerPassesOnWhatItCannotTake(t *testing.T) {
 	const a, b = "c0000000-0000-4000-8000-00000000000a", "c0000000-0000-4000-8000-00000000000b"
 	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, a, "burst", "poller-test"))
 	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, b, "burst", "poller-test"))
-	_, err := db.Pool.Exec(ctx, `update pgflow.workers set last_heartbeat_at = now() - interval '1 hour' where worker_id = $1`, b)
-	require.NoError(t, err)
 
 	queueConn, err := pgx.Connect(ctx, db.URL)
 	require.NoError(t, err)
@@ -228,6 +297,9 @@ func TestWokenWorkerPassesOnWhatItCannotTake(t *testing.T) {
 	release := make(chan struct{})
 	ms := startMembers(t, db, "burst", "burst", []string{a, b}, 1, 1, release)
 	mA, mB := ms[0], ms[1]
+	// B's heartbeat loop writes only when its listening state changes (its interval is an hour): B stays stale.
+	_, err = db.Pool.Exec(ctx, `update pgflow.workers set last_heartbeat_at = now() - interval '1 hour' where worker_id = $1`, b)
+	require.NoError(t, err)
 
 	// A burst of two tasks in one start: A's read of one message comes back full; it passes the wake on and B takes
 	// the second task while A's handler still runs.

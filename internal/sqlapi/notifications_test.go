@@ -62,7 +62,10 @@ func TestDeferredCallsNotifyOnlyWhenSent(t *testing.T) {
 	const worker = "11111111-1111-4111-8111-111111111111"
 	collect := listenAll(t, db.URL, "pgflow", "pgflow:queue:chain", sqlapi.WorkerChannel(worker))
 	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, worker, "chain", "pgflow-go"))
-	// The queue has an alive worker: read-now wakes go to it alone (targeted wake), fail_task's to the queue.
+	_, err := sqlapi.HeartbeatWorker(ctx, db.Pool, worker, true)
+	require.NoError(t, err)
+	// The queue has an alive listening worker: read-now wakes go to it alone (targeted wake), fail_task's to the
+	// queue.
 	wake := sqlapi.WorkerChannel(worker) + " "
 
 	started, notes, err := sqlapi.StartFlowWithStatesDeferred(ctx, db.Pool, "chain", json.RawMessage(`{}`), "")

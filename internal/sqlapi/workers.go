@@ -23,8 +23,11 @@ type WorkerRow struct {
 	LastHeartbeatAt time.Time
 	DeprecatedAt    *time.Time
 	StoppedAt       *time.Time
-	HeartbeatAge    time.Duration // database now() - last_heartbeat_at
-	RunningTasks    int64         // its step_tasks with status 'started'
+	// ListensAt is since when the worker has listened on its own channel (schema v0.20.0), nil when it does not:
+	// only such workers are woken alone by the schema.
+	ListensAt    *time.Time
+	HeartbeatAge time.Duration // database now() - last_heartbeat_at
+	RunningTasks int64         // its step_tasks with status 'started'
 }
 
 // Status classifies the worker: "stopped" (shut down and said so), "stopping" (deprecated, finishing its tasks),
@@ -44,7 +47,7 @@ func (w WorkerRow) Status(staleAfter time.Duration) string {
 
 const listWorkersSQL = `
 select w.worker_id::text, w.queue_name, w.function_name, w.started_at, w.last_heartbeat_at, w.deprecated_at,
-  w.stopped_at, greatest(extract(epoch from (now() - w.last_heartbeat_at)), 0)::float8,
+  w.stopped_at, w.listens_at, greatest(extract(epoch from (now() - w.last_heartbeat_at)), 0)::float8,
   (select count(*) from pgflow.step_tasks as t where t.last_worker_id = w.worker_id and t.status = 'started')
 from pgflow.workers as w
 where ($1::float8 is null or w.last_heartbeat_at >= now() - make_interval(secs => $1::float8))
@@ -79,7 +82,7 @@ func listWorkers(ctx context.Context, db DBTX, secs, id any) ([]WorkerRow, error
 		var w WorkerRow
 		var age float64
 		err := row.Scan(&w.WorkerID, &w.QueueName, &w.FunctionName, &w.StartedAt, &w.LastHeartbeatAt,
-			&w.DeprecatedAt, &w.StoppedAt, &age, &w.RunningTasks)
+			&w.DeprecatedAt, &w.StoppedAt, &w.ListensAt, &age, &w.RunningTasks)
 		w.HeartbeatAge = time.Duration(age * float64(time.Second))
 		return w, err
 	})
@@ -105,15 +108,19 @@ func RegisterWorker(ctx context.Context, db DBTX, workerID, queueName, functionN
 	return nil
 }
 
-// HeartbeatWorker calls pgflow.heartbeat_worker(worker_id) and returns true when the worker has been deprecated.
-// An unregistered worker yields an error wrapping ErrWorkerNotRegistered.
-func HeartbeatWorker(ctx context.Context, db DBTX, workerID string) (deprecated bool, err error) {
-	err = db.QueryRow(ctx, `select pgflow.heartbeat_worker(worker_id => $1::uuid)`, workerID).Scan(&deprecated)
+// HeartbeatWorker calls pgflow.heartbeat_worker(worker_id, listening) and returns true when the worker has been
+// deprecated. listening says whether the worker's LISTEN on its own channel (WorkerChannel) is in effect now: only
+// then may pgflow._wake_queue wake it alone (schema v0.20.0). An unregistered worker yields an error wrapping
+// ErrWorkerNotRegistered.
+func HeartbeatWorker(ctx context.Context, db DBTX, workerID string, listening bool) (deprecated bool, err error) {
+	err = db.QueryRow(ctx, `select pgflow.heartbeat_worker(worker_id => $1::uuid, listening => $2::boolean)`,
+		workerID, listening).Scan(&deprecated)
 	if err != nil {
 		if pgerr.Code(err) == "P0002" { // no_data_found, raised by heartbeat_worker
-			return false, fmt.Errorf("pgflow.heartbeat_worker(worker %s): %w: %w", workerID, ErrWorkerNotRegistered, err)
+			return false, fmt.Errorf("pgflow.heartbeat_worker(worker %s, listening %t): %w: %w", workerID, listening,
+				ErrWorkerNotRegistered, err)
 		}
-		return false, fmt.Errorf("pgflow.heartbeat_worker(worker %s): %w", workerID, err)
+		return false, fmt.Errorf("pgflow.heartbeat_worker(worker %s, listening %t): %w", workerID, listening, err)
 	}
 	return deprecated, nil
 }
