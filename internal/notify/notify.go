@@ -69,6 +69,9 @@ type Listener struct {
 	cancel  context.CancelFunc
 	done    chan struct{} // closed when the run goroutine has returned
 	pid     uint32        // backend pid of the current connection, 0 while disconnected
+	// pooled is true while the current connection reaches PostgreSQL through a connection pooler (see
+	// checkDirect): its LISTENs run, but notifications may never be delivered.
+	pooled bool
 
 	wake chan struct{} // capacity 1: the subscriber set changed
 }
@@ -163,7 +166,7 @@ func (l *Listener) Close() {
 	l.subs = make(map[string]map[*Subscription]uint64)
 	for _, set := range all {
 		for s := range set {
-			s.setListening(false)
+			s.setHeard(false)
 		}
 	}
 	l.mu.Unlock()
@@ -200,7 +203,7 @@ func (l *Listener) remove(s *Subscription) {
 			delete(l.subs, s.channel)
 		}
 	}
-	s.setListening(false)
+	s.setHeard(false)
 	l.mu.Unlock()
 	l.poke()
 }
@@ -264,17 +267,46 @@ func (l *Listener) setPID(pid uint32) {
 // markInactive records that no channel is listened any more; the next activation sends Resync.
 func (l *Listener) markInactive() {
 	l.mu.Lock()
+	l.pooled = false
 	for _, set := range l.subs {
 		for s := range set {
-			s.setListening(false)
+			s.listening = false
+			s.setHeard(false)
 		}
 	}
 	l.mu.Unlock()
 }
 
+// checkDirect finds out whether conn reaches PostgreSQL directly. A pooler such as PgBouncer answers the startup
+// itself and announces a backend key of its own, so the pid the connection was given differs from the pid of the
+// server process that runs its statements. Behind a pooler in transaction mode a LISTEN runs on whichever server
+// connection the statement got and notifications do not come back; the listener keeps listening (what arrives is
+// delivered), but no subscription reports that it listens (Listening), so nobody relies on being told.
+func (l *Listener) checkDirect(ctx context.Context, conn *pgx.Conn) error {
+	var pid uint32
+	// The simple protocol, like LISTEN itself: no prepared statement, whatever the pooler keeps.
+	if err := conn.QueryRow(ctx, "select pg_catalog.pg_backend_pid()", pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
+		return fmt.Errorf("read the backend pid: %w", err)
+	}
+	pooled := pid != conn.PgConn().PID()
+	if pooled {
+		l.log.Warn("notify: the LISTEN connection goes through a connection pooler (the server pid differs from the "+
+			"one it announced); notifications may not arrive, so the worker reads every 2 s and is not woken alone. "+
+			"Give the listener a direct connection (ClientConfig.ListenConfig)",
+			"announced_pid", conn.PgConn().PID(), "server_pid", pid)
+	}
+	l.mu.Lock()
+	l.pooled = pooled
+	l.mu.Unlock()
+	return nil
+}
+
 // serve runs on one connection until it fails or ctx is cancelled.
 func (l *Listener) serve(ctx context.Context, conn *pgx.Conn) error {
 	l.setPID(conn.PgConn().PID())
+	if err := l.checkDirect(ctx, conn); err != nil {
+		return err
+	}
 	listened := make(map[string]bool)
 	for {
 		if err := l.sync(ctx, conn, listened); err != nil {
@@ -354,7 +386,8 @@ func (l *Listener) sync(ctx context.Context, conn *pgx.Conn, listened map[string
 		}
 		for s := range set {
 			if !s.listening {
-				s.setListening(true)
+				s.listening = true
+				s.setHeard(!l.pooled)
 				s.push(Message{Resync: true})
 				s.activeOnce.Do(func() { close(s.active) })
 			}
@@ -389,9 +422,10 @@ type Subscription struct {
 	limit   int
 
 	// listening is guarded by l.mu: true while the current connection listens on the channel for this
-	// subscription (it has received its Resync). changed, guarded by l.mu too, is closed and replaced whenever
-	// listening changes.
+	// subscription (it has received its Resync). heard, guarded by l.mu too, is what Listening reports: listening
+	// on a direct connection, and not closed. changed (l.mu) is closed and replaced whenever heard changes.
 	listening  bool
+	heard      bool
 	changed    chan struct{}
 	activeOnce sync.Once
 	active     chan struct{}
@@ -415,23 +449,24 @@ func (s *Subscription) Ready() <-chan struct{} { return s.ready }
 // stays up; after a reconnect a Resync is queued again.
 func (s *Subscription) Active() <-chan struct{} { return s.active }
 
-// Listening reports whether the listener's connection listens on the channel for this subscription now: true from
-// the moment its LISTEN succeeded (when its Resync is queued) until the connection is lost, the subscription is
-// closed or the listener is closed; true again after the listener reconnected and listened again. changed is closed
-// at the next change, so a caller that reads the state, acts on it and then waits on changed misses none. A lost
-// connection is noticed when a read on it fails or a ping finds it dead (Config.PingInterval).
+// Listening reports whether notifications on the channel reach this subscription now: true from the moment its
+// LISTEN succeeded on a direct connection (when its Resync is queued) until the connection is lost, the
+// subscription is closed or the listener is closed; true again after the listener reconnected and listened again.
+// Always false while the connection goes through a connection pooler, which may not deliver notifications. changed
+// is closed at the next change, so a caller that reads the state, acts on it and then waits on changed misses none.
+// A lost connection is noticed when a read on it fails or a ping finds it dead (Config.PingInterval).
 func (s *Subscription) Listening() (listening bool, changed <-chan struct{}) {
 	s.l.mu.Lock()
 	defer s.l.mu.Unlock()
-	return s.listening, s.changed
+	return s.heard, s.changed
 }
 
-// setListening records the subscription's listening state and wakes the callers waiting for a change; l.mu is held.
-func (s *Subscription) setListening(v bool) {
-	if s.listening == v {
+// setHeard records what Listening reports and wakes the callers waiting for a change; l.mu is held.
+func (s *Subscription) setHeard(v bool) {
+	if s.heard == v {
 		return
 	}
-	s.listening = v
+	s.heard = v
 	close(s.changed)
 	s.changed = make(chan struct{})
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgflow-go/pgflow/internal/notify"
+	"github.com/pgflow-go/pgflow/internal/pgcluster"
 	"github.com/pgflow-go/pgflow/internal/pgtest"
 )
 
@@ -376,3 +379,48 @@ func TestListeningFollowsTheConnection(t *testing.T) {
 	listening, _ = other.Listening()
 	require.False(t, listening)
 }
+
+// Behind PgBouncer in transaction mode a LISTEN succeeds but notifications do not come back: the listener sees that
+// its connection goes through a pooler (the server's pid is not the one announced) and no subscription reports
+// that it listens, while the listener itself keeps running. On a direct connection the same subscription does.
+func TestListeningIsFalseBehindAPooler(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	b, err := pgcluster.StartPgBouncer(context.Background(), pgcluster.PgBouncerOptions{
+		ServerURL: pgtest.AdminURL(t), PoolMode: "transaction", DefaultPoolSize: 4,
+	})
+	if errors.Is(err, pgcluster.ErrPgBouncerMissing) {
+		t.Fatalf("this test needs a real PgBouncer: %v (make test installs it: .ci/setup)", err)
+	}
+	require.NoError(t, err)
+	t.Cleanup(b.Stop)
+	logs := &strings.Builder{}
+	var mu sync.Mutex
+	pooled := newListener(t, db, func(c *notify.Config) {
+		c.Connect = func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, b.URL(db.Name)) }
+		c.Logger = slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return logs.Write(p)
+		}), nil))
+	})
+	s, err := pooled.Subscribe("theta")
+	require.NoError(t, err)
+	waitActive(t, s)
+	listening, _ := s.Listening()
+	require.False(t, listening, "the LISTEN ran, but through a pooler")
+	mu.Lock()
+	require.Contains(t, logs.String(), "goes through a connection pooler")
+	mu.Unlock()
+
+	direct := newListener(t, db, nil)
+	d, err := direct.Subscribe("theta")
+	require.NoError(t, err)
+	waitActive(t, d)
+	listening, _ = d.Listening()
+	require.True(t, listening, "a direct connection")
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

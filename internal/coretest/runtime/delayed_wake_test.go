@@ -40,6 +40,8 @@ func TestFailTaskRetryDelay(t *testing.T) {
 	require.Equal(t, before, fullState(t, db, run.RunID, "rd"))
 
 	collect := queueNotifications(t, d.URL, "rd")
+	// The worker that claimed says it listens on its own channel: read-now wakes go to it alone.
+	fx.Exec(t, db, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, fx.DefaultWorker)
 	collectWorker := channelNotifications(t, d.URL, workerChannel(fx.DefaultWorker))
 	require.Equal(t, "queued", fx.Val[string](t, db,
 		"select status from pgflow.fail_task($1::uuid, 'a', 0, 'slow down', attempt => 1, retry_delay => 7)", run.RunID))
@@ -59,7 +61,7 @@ func TestFailTaskRetryDelay(t *testing.T) {
 	require.InDelta(t, 0, fx.VisibleIn(t, db, "rd", msg), 1)
 	require.Empty(t, collect(), "visible now: no broadcast while the queue has an alive worker")
 	require.Equal(t, []note{{workerChannel(fx.DefaultWorker), ""}}, collectWorker(),
-		"visible now: the ordinary wake-up, sent to the queue's alive worker (pgflow._wake_queue)")
+		"visible now: the ordinary wake-up, sent to the queue's alive listening worker (pgflow._wake_queue)")
 
 	require.Len(t, fx.ReadAndStart(t, db, "rd", 30, 1), 1)
 	require.Equal(t, "failed", fx.Val[string](t, db,

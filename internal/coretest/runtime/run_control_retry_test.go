@@ -35,6 +35,8 @@ func TestRetryRunResumesAFailedChain(t *testing.T) {
 
 	firstState := rowJSON(t, db, "select to_jsonb(s) from pgflow.step_states s where run_id = $1::uuid and step_slug = 'first'", run.RunID)
 	firstTask := rowJSON(t, db, "select to_jsonb(t) from pgflow.step_tasks t where run_id = $1::uuid and step_slug = 'first'", run.RunID)
+	// The worker that claimed says it listens on its own channel: read-now wakes go to it alone.
+	fx.Exec(t, db, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, fx.DefaultWorker)
 	collect := channelNotifications(t, d.URL, "pgflow:queue:chain", workerChannel(fx.DefaultWorker))
 
 	var status string
@@ -44,7 +46,7 @@ func TestRetryRunResumesAFailedChain(t *testing.T) {
 	require.Equal(t, "started", status)
 	require.Equal(t, 2, remaining)
 	require.Equal(t, []note{{workerChannel(fx.DefaultWorker), ""}}, collect(),
-		"the restarted step's message wakes the queue's alive worker (the one that claimed before)")
+		"the restarted step's message wakes the queue's alive listening worker (the one that claimed before)")
 
 	second := fx.GetStep(t, db, run.RunID, "second")
 	require.Equal(t, "started", second.Status)
