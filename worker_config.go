@@ -35,8 +35,9 @@ type WorkerConfig struct {
 	// PollInterval is how often a waiting poll looks at the queue again (pgmq.read_with_poll poll_interval_ms).
 	// Whole milliseconds, rounded up. Default 100 ms.
 	PollInterval time.Duration
-	// HeartbeatInterval is how often the worker records that it is alive (pgflow.heartbeat_worker) and learns
-	// whether it was deprecated. Heartbeats run on their own timer, independent of handlers. Default 5 s.
+	// HeartbeatInterval is how often the worker records that it is alive (pgflow.heartbeat_worker) and whether it
+	// listens on its own channel (a change of that is recorded at once), and learns whether it was deprecated.
+	// Heartbeats run on their own timer, independent of handlers. Default 5 s.
 	HeartbeatInterval time.Duration
 	// ShutdownTimeout is how long in-flight handlers may keep running after shutdown began; then their context is
 	// cancelled. Default 30 s.
@@ -53,7 +54,8 @@ type WorkerConfig struct {
 	// PollOnly turns off waking on queue notifications. By default the worker listens on one extra connection
 	// for pgflow:queue:<queue> notifications (sent by the schema since v0.18.0 when steps start) and, per worker
 	// row, for pgflow:w:<worker_id> (since v0.20.0 the schema wakes one alive worker of a queue there instead of
-	// all of them; a worker that cannot take everything passes the wake on to the queue channel), and reads its
+	// all of them, among the workers whose heartbeat says that LISTEN is in effect on a direct connection; a worker
+	// that cannot take everything passes the wake on to the queue channel), and reads its
 	// queue and claims the tasks in one call (pgflow.read_and_start_tasks) as soon as new messages are
 	// announced; with nothing announced it reads every 2 s (or every MaxPollWait, if shorter), which finds messages that become visible without a notification (delayed
 	// starts, retries after their backoff, tasks of crashed workers). With PollOnly, while the listener is
