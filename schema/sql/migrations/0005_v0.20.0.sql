@@ -89,8 +89,8 @@ create index idx_workers_listening on pgflow.workers (queue_name, last_heartbeat
   where stopped_at is null and deprecated_at is null and listens_at is not null;
 
 -- heartbeat_worker gains an optional second argument (listening, default false): the new form is created next to
--- pgflow's one-argument form, receives the EXECUTE grants of the old one, and the old one is dropped (a call with
--- one argument would otherwise be ambiguous). register_worker clears listens_at (a new life does not listen yet).
+-- pgflow's one-argument form, receives the EXECUTE grants of the old one (PUBLIC's included, or not), and the old
+-- one is dropped (a call with one argument would otherwise be ambiguous). register_worker clears listens_at (a new life does not listen yet).
 -- generated from sql/core: 0100_function_heartbeat_worker.sql
 create or replace function pgflow.heartbeat_worker(worker_id uuid, listening boolean default false)
 returns boolean
@@ -151,6 +151,17 @@ begin
   loop
     execute format('grant execute on function pgflow.heartbeat_worker(uuid, boolean) to %s', v_grantee);
   end loop;
+  -- PUBLIC keeps what it had too: where an operator (or roles.sql) revoked it, the new function gets no more.
+  if not exists (
+    select 1
+      from pg_catalog.pg_proc as p
+      cross join lateral pg_catalog.aclexplode(coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) as a
+     where p.oid = pg_catalog.to_regprocedure('pgflow.heartbeat_worker(uuid)')
+       and a.privilege_type = 'EXECUTE'
+       and a.grantee = 0
+  ) then
+    revoke execute on function pgflow.heartbeat_worker(uuid, boolean) from public;
+  end if;
 end;
 $heartbeat_grants$;
 
