@@ -19,6 +19,7 @@ type workerJSON struct {
 	HeartbeatAgeSeconds float64    `json:"heartbeat_age_seconds"`
 	DeprecatedAt        *time.Time `json:"deprecated_at"`
 	StoppedAt           *time.Time `json:"stopped_at"`
+	ListensAt           *time.Time `json:"listens_at"` // since when it listens on its own channel; null: it does not
 	RunningTasks        int64      `json:"running_tasks"`
 }
 
@@ -69,7 +70,7 @@ heartbeat_age_seconds, deprecated_at, stopped_at and running_tasks.`,
 					WorkerID: w.WorkerID, Status: workerStatus(w, staleAfter), QueueName: w.QueueName,
 					FunctionName: w.FunctionName, StartedAt: w.StartedAt, LastHeartbeatAt: w.LastHeartbeatAt,
 					HeartbeatAgeSeconds: w.HeartbeatAge.Seconds(), DeprecatedAt: w.DeprecatedAt, StoppedAt: w.StoppedAt,
-					RunningTasks: w.RunningTasks,
+					ListensAt: w.ListensAt, RunningTasks: w.RunningTasks,
 				})
 			}
 			out := cmd.OutOrStdout()

@@ -30,6 +30,8 @@ func TestWorkersCommand(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(ctx, `update pgflow.workers set deprecated_at = now() where worker_id = $1`, leaving)
 	require.NoError(t, err)
+	_, err = sqlapi.HeartbeatWorker(ctx, db.Pool, leaving, true) // it says it listens on its own channel
+	require.NoError(t, err)
 
 	docs := decodeJSON[[]workerJSON](t, mustCLI(t, "--database-url", db.URL, "workers", "--json"))
 	require.Len(t, docs, 4)
@@ -52,6 +54,8 @@ func TestWorkersCommand(t *testing.T) {
 	require.NotNil(t, s.StoppedAt)
 
 	require.Equal(t, "unresponsive", byID[ghost].Status)
+	require.Nil(t, byID[ghost].ListensAt, "registered through pgflow's signature: not listening")
+	require.NotNil(t, byID[leaving].ListensAt)
 	require.GreaterOrEqual(t, byID[ghost].HeartbeatAgeSeconds, 600.0)
 	require.Equal(t, "stopping", byID[leaving].Status)
 	require.NotNil(t, byID[leaving].DeprecatedAt)
