@@ -219,14 +219,20 @@ type CompileResult struct {
 	Differences []string `json:"differences"`
 }
 
-// EnsureFlowCompiled calls pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss, queue_mode); queueMode
-// is "flow" or "step" ("" means "flow").
-func EnsureFlowCompiled(ctx context.Context, db DBTX, flowSlug string, shape json.RawMessage, queueMode string, allowDataLoss bool) (CompileResult, error) {
+// FlowDeployment is how a flow's tasks travel, stored with the flow apart from its shape.
+type FlowDeployment struct {
+	QueueMode        string // flows.queue_mode: "flow" or "step" ("" means "flow")
+	MessageRetention string // flows.message_retention: "archive" or "delete" ("" keeps the stored value)
+}
+
+// EnsureFlowCompiled calls pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss, queue_mode,
+// message_retention).
+func EnsureFlowCompiled(ctx context.Context, db DBTX, flowSlug string, shape json.RawMessage, deploy FlowDeployment, allowDataLoss bool) (CompileResult, error) {
 	var raw []byte
 	err := db.QueryRow(ctx,
 		`select pgflow.ensure_flow_compiled(flow_slug => $1::text, shape => $2::jsonb, allow_data_loss => $3::boolean,
-			queue_mode => nullif($4::text, ''))`,
-		flowSlug, string(shape), allowDataLoss, queueMode).Scan(&raw)
+			queue_mode => nullif($4::text, ''), message_retention => nullif($5::text, ''))`,
+		flowSlug, string(shape), allowDataLoss, deploy.QueueMode, deploy.MessageRetention).Scan(&raw)
 	if err != nil {
 		return CompileResult{}, fmt.Errorf("pgflow.ensure_flow_compiled(flow %q): %w", flowSlug, err)
 	}
