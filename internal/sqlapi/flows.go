@@ -22,9 +22,11 @@ type Flow struct {
 	BaseDelay   int // flows.opt_base_delay, seconds
 	Timeout     int // flows.opt_timeout, seconds
 	CreatedAt   time.Time
-	QueueMode   string     // flows.queue_mode: "flow" or "step" (v0.20.0; "flow" on older schemas)
-	Steps       []FlowStep // in step_index order
-	Runs        RunCounts
+	QueueMode   string // flows.queue_mode: "flow" or "step" (v0.20.0; "flow" on older schemas)
+	// MessageRetention is flows.message_retention: "archive" or "delete" (v0.20.0; "archive" on older schemas).
+	MessageRetention string
+	Steps            []FlowStep // in step_index order
+	Runs             RunCounts
 }
 
 // RunCounts is how many runs of a flow are in each run status. Started counts the runs still in progress.
@@ -65,7 +67,8 @@ const flowStepsJSON = `
 
 const listFlowsSQL = `
 select f.flow_slug, f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.created_at,
-  coalesce(to_jsonb(f) ->> 'queue_mode', 'flow'),` + flowStepsJSON + `  coalesce(rc.started, 0), coalesce(rc.completed, 0), coalesce(rc.failed, 0),
+  coalesce(to_jsonb(f) ->> 'queue_mode', 'flow'), coalesce(to_jsonb(f) ->> 'message_retention', 'archive'),` +
+	flowStepsJSON + `  coalesce(rc.started, 0), coalesce(rc.completed, 0), coalesce(rc.failed, 0),
   coalesce(rc.cancelled, 0)
 from pgflow.flows as f
 left join (
@@ -99,8 +102,8 @@ func ListFlows(ctx context.Context, db DBTX, p ListFlowsParams) ([]Flow, error) 
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Flow, error) {
 		var f Flow
 		var steps []byte
-		if err := row.Scan(&f.FlowSlug, &f.MaxAttempts, &f.BaseDelay, &f.Timeout, &f.CreatedAt, &f.QueueMode, &steps,
-			&f.Runs.Started, &f.Runs.Completed, &f.Runs.Failed, &f.Runs.Cancelled); err != nil {
+		if err := row.Scan(&f.FlowSlug, &f.MaxAttempts, &f.BaseDelay, &f.Timeout, &f.CreatedAt, &f.QueueMode, &f.MessageRetention,
+			&steps, &f.Runs.Started, &f.Runs.Completed, &f.Runs.Failed, &f.Runs.Cancelled); err != nil {
 			return f, err
 		}
 		if err := json.Unmarshal(steps, &f.Steps); err != nil {

@@ -274,3 +274,36 @@ func TestMessageRetentionIsValidated(t *testing.T) {
 	_, err = db.Exec(fx.Ctx(t), "update pgflow.flows set message_retention = 'keep' where flow_slug = 'd'")
 	requirePgError(t, err, "23514", `new row for relation "flows" violates check constraint "message_retention_is_valid"`)
 }
+
+func TestEnsureFlowCompiledSetsTheMessageRetentionInPlace(t *testing.T) {
+	t.Parallel()
+	db := newDB(t).Pool
+	shape := `{"steps": [{"slug": "a", "stepType": "single", "dependencies": []}]}`
+	ensure := func(retention any) string {
+		return fx.Val[string](t, db,
+			`select pgflow.ensure_flow_compiled('d', $1::jsonb, message_retention => $2::text) ->> 'status'`, shape, retention)
+	}
+	stored := func() string {
+		return fx.Val[string](t, db, "select message_retention from pgflow.flows where flow_slug = 'd'")
+	}
+	require.Equal(t, "compiled", ensure("delete"))
+	require.Equal(t, "delete", stored())
+	shape = fx.Val[string](t, db, "select pgflow._get_flow_shape('d')::text") // the stored shape, as compared
+	run := fx.StartFlow(t, db, "d", `{}`)
+
+	require.Equal(t, "verified", ensure("archive"), "not a difference: nothing is recompiled")
+	require.Equal(t, "archive", stored())
+	require.Equal(t, "verified", ensure(nil))
+	require.Equal(t, "archive", stored(), "NULL keeps the stored value")
+	require.Equal(t, "started", fx.GetRun(t, db, run.RunID).Status, "the flow's runs are untouched")
+
+	// A shape mismatch does not stop the retention from being applied.
+	changed := `{"steps": [{"slug": "b", "stepType": "single", "dependencies": []}]}`
+	require.Equal(t, "mismatch", fx.Val[string](t, db,
+		`select pgflow.ensure_flow_compiled('d', $1::jsonb, message_retention => 'delete') ->> 'status'`, changed))
+	require.Equal(t, "delete", stored())
+
+	_, err := db.Exec(fx.Ctx(t), `select pgflow.ensure_flow_compiled('d', $1::jsonb, message_retention => 'Delete')`, shape)
+	requirePgError(t, err, "22023", `Flow "d": message_retention must be 'archive' or 'delete', got 'Delete'`)
+	require.Equal(t, "delete", stored())
+}
