@@ -4834,9 +4834,9 @@ begin
         when 'complete_task' then 'pgflow.complete_task(uuid, text, integer, jsonb, integer)'
         when 'fail_task' then 'pgflow.fail_task(uuid, text, integer, text, integer, boolean, integer)'
         when 'complete_tasks' then 'pgflow.complete_tasks(uuid[], text[], integer[], jsonb[], integer[])'
-        when 'create_flow' then 'pgflow.create_flow(text, integer, integer, integer, text)'
-        when 'ensure_flow_compiled' then 'pgflow.ensure_flow_compiled(text, jsonb, boolean, text)'
-        else 'pgflow._create_flow_from_shape(text, jsonb, text)'
+        when 'create_flow' then 'pgflow.create_flow(text, integer, integer, integer, text, text)'
+        when 'ensure_flow_compiled' then 'pgflow.ensure_flow_compiled(text, jsonb, boolean, text, text)'
+        else 'pgflow._create_flow_from_shape(text, jsonb, text, text)'
       end,
       v_grant.grantee);
   end loop;
