@@ -3963,14 +3963,15 @@ claims their tasks in one call (v0.20.0): pgmq.read(queue_name, vt, qty) followe
   * the read picks as pgmq.read does: messages visible now, lowest msg_id first, at most qty, skipping messages
     another transaction holds; each message read gets read_ct + 1;
   * the claim is start_tasks' claim of the ids read (both call pgflow._claim_tasks): exactly the tasks whose
-    stored identity is (queue_name, one of those ids), that belong to flow_slug, are 'queued', and whose run and step are 'started', become 'started'
-    (attempts_count + 1, started_at now, last_worker_id = worker_id); a task is claimed at most once, and every
-    other message's task is left untouched;
+    stored identity is (queue_name, one of those ids), that belong to flow_slug, are 'queued', and whose run and
+    step are 'started', become 'started' (attempts_count + 1, started_at now, last_worker_id = worker_id); a task
+    is claimed at most once, and every other message's task is left untouched;
   * each message read is changed once: a claimed message becomes invisible for its step's effective timeout + 2 s
     (at most 2147483647 s), as start_tasks sets it, or, when the flow's message_retention is 'delete' (v0.20.0),
-    is deleted (the task row is then the only record of the claim; recovery sends the message again); a message read but not claimed (no task, a task of another
-    flow, a task already started or finished) becomes invisible for vt seconds, as pgmq.read would have hidden it,
-    and is otherwise left untouched (never archived or deleted);
+    is deleted (the task row is then the only record of the claim; a retry, a release or stalled-task recovery
+    sends the message again); a message read but not claimed (no task, a task of another flow, a task already
+    started or finished) becomes invisible for vt seconds, as pgmq.read would have hidden it, and is otherwise
+    left untouched (never archived or deleted);
   * returns one pgflow.read_task_record per message read, ordered by msg_id: claimed true with the task's columns
     as start_tasks returns them, plus attempt (the claim's attempts_count), timeout (the effective step timeout
     in seconds) and max_attempts (the effective max attempts); claimed false and the task columns NULL for a
