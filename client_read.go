@@ -23,8 +23,11 @@ type FlowInfo struct {
 	// QueuePerStep is true for a flow defined with QueuePerStep: each step has a queue of its own
 	// (StepInfo.Queue); otherwise all steps share the flow's queue.
 	QueuePerStep bool
-	Steps        []StepInfo // in definition order
-	Runs         RunCounts
+	// DeleteTaskMessages is true for a flow whose task messages are deleted when a worker claims them
+	// (DeleteTaskMessages) instead of archived when the task finishes.
+	DeleteTaskMessages bool
+	Steps              []StepInfo // in definition order
+	Runs               RunCounts
 }
 
 // StepInfo is one step of a stored flow.
@@ -96,13 +99,14 @@ func (c *Client) ListFlows(ctx context.Context) ([]FlowInfo, error) {
 			}
 		}
 		out[i] = FlowInfo{
-			Slug:         f.FlowSlug,
-			MaxAttempts:  f.MaxAttempts,
-			BaseDelay:    time.Duration(f.BaseDelay) * time.Second,
-			Timeout:      time.Duration(f.Timeout) * time.Second,
-			CreatedAt:    f.CreatedAt,
-			QueuePerStep: f.QueueMode == queueModeStep,
-			Steps:        steps,
+			Slug:               f.FlowSlug,
+			MaxAttempts:        f.MaxAttempts,
+			BaseDelay:          time.Duration(f.BaseDelay) * time.Second,
+			Timeout:            time.Duration(f.Timeout) * time.Second,
+			CreatedAt:          f.CreatedAt,
+			QueuePerStep:       f.QueueMode == queueModeStep,
+			DeleteTaskMessages: f.MessageRetention == messageRetentionDelete,
+			Steps:              steps,
 			Runs: RunCounts{Started: f.Runs.Started, Completed: f.Runs.Completed, Failed: f.Runs.Failed,
 				Cancelled: f.Runs.Cancelled},
 		}

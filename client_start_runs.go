@@ -191,7 +191,9 @@ func (c *Client) EnsureFlow(ctx context.Context, flow AnyFlow, opts *EnsureFlowO
 	if err := c.checkSchema(ctx, c.pool); err != nil {
 		return fmt.Errorf("pgflow: ensure flow %q: %w", core.slug, err)
 	}
-	res, err := sqlapi.EnsureFlowCompiled(ctx, c.pool, core.slug, shape, core.queueMode(), opts != nil && opts.AllowDataLoss)
+	res, err := sqlapi.EnsureFlowCompiled(ctx, c.pool, core.slug, shape,
+		sqlapi.FlowDeployment{QueueMode: core.queueMode(), MessageRetention: core.messageRetention()},
+		opts != nil && opts.AllowDataLoss)
 	if err != nil {
 		return fmt.Errorf("pgflow: ensure flow %q: %w", core.slug, err)
 	}

@@ -14,7 +14,8 @@ import (
 //	select pgflow.add_step(flow_slug => 'orders', step_slug => 'fetch');
 //	select pgflow.add_step(flow_slug => 'orders', step_slug => 'items', deps_slugs => array['fetch'], step_type => 'map', required_input_pattern => '{"fetch":{"ok":true}}'::jsonb);
 //
-// A flow defined with QueuePerStep gets queue_mode => 'step' (add_step then creates each step's queue). Run them
+// A flow defined with QueuePerStep gets queue_mode => 'step' (add_step then creates each step's queue), one defined
+// with DeleteTaskMessages message_retention => 'delete'. Run them
 // in one transaction. Both functions are idempotent: re-running leaves an existing flow unchanged.
 // String literals are quoted safely whatever standard_conforming_strings is. CompileSQL freezes the flow and
 // fails with the recorded definition errors if there are any.
@@ -35,6 +36,9 @@ func compileSQL(flowSlug string, flowOpts *optionValues, steps []*stepDef) []str
 	args = appendIntArg(args, "timeout", flowOpts.timeout)
 	if flowOpts.queuePerStep {
 		args = append(args, "queue_mode => 'step'")
+	}
+	if flowOpts.deleteMessages {
+		args = append(args, "message_retention => 'delete'")
 	}
 	out = append(out, "select pgflow.create_flow("+strings.Join(args, ", ")+");")
 

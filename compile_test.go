@@ -65,6 +65,18 @@ func TestCompileSQL(t *testing.T) {
 			},
 		},
 		{
+			name: "message retention",
+			build: func() pgflow.AnyFlow {
+				f := pgflow.NewFlow[orderInput]("lean", pgflow.DeleteTaskMessages())
+				pgflow.Step(f, "only", intHandler)
+				return f
+			},
+			want: []string{
+				`select pgflow.create_flow(flow_slug => 'lean', message_retention => 'delete');`,
+				`select pgflow.add_step(flow_slug => 'lean', step_slug => 'only');`,
+			},
+		},
+		{
 			name: "conditions, modes and quoting",
 			build: func() pgflow.AnyFlow {
 				f := pgflow.NewFlow[orderInput]("cond_flow")

@@ -49,7 +49,8 @@ func (f *Flow[I]) EngineFlow() (*taskrun.Flow, error) {
 		return nil, fmt.Errorf("shape of flow %q: %w", f.c.slug, err)
 	}
 	def := &taskrun.Flow{Slug: f.c.slug, Shape: shape, QueueMode: f.c.queueMode(),
-		Steps: make(map[string]*taskrun.Step, len(steps))}
+		MessageRetention: f.c.messageRetention(),
+		Steps:            make(map[string]*taskrun.Step, len(steps))}
 	for _, d := range steps {
 		def.StepOrder = append(def.StepOrder, d.slug)
 		def.Steps[d.slug] = &taskrun.Step{Slug: d.slug, Map: d.stepType == stepTypeMap, Run: d.run}
@@ -131,6 +132,14 @@ func (c *flowCore) queueMode() string {
 	return queueModeFlow
 }
 
+// messageRetention is the flow's message retention as pgflow.flows.message_retention spells it.
+func (c *flowCore) messageRetention() string {
+	if c.opts.deleteMessages {
+		return messageRetentionDelete
+	}
+	return messageRetentionArchive
+}
+
 // step returns the step with the given slug, or nil.
 func (c *flowCore) step(slug string) *stepDef {
 	c.mu.Lock()
@@ -147,6 +156,12 @@ func (c *flowCore) recordLocked(step string, kind error, detail string) {
 const (
 	queueModeFlow = "flow"
 	queueModeStep = "step"
+)
+
+// Message retentions of a flow (pgflow.flows.message_retention).
+const (
+	messageRetentionArchive = "archive"
+	messageRetentionDelete  = "delete"
 )
 
 const (

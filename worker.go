@@ -289,7 +289,8 @@ func (w *Worker) startup(ctx context.Context) error {
 func (w *Worker) compile(ctx context.Context, def *taskrun.Flow) error {
 	var res sqlapi.CompileResult
 	err := w.retryStartup(ctx, fmt.Sprintf("compile flow %q", def.Slug), func(ctx context.Context) (err error) {
-		res, err = sqlapi.EnsureFlowCompiled(ctx, w.pool, def.Slug, def.Shape, def.QueueMode, w.cfg.AllowDataLoss)
+		res, err = sqlapi.EnsureFlowCompiled(ctx, w.pool, def.Slug, def.Shape,
+			sqlapi.FlowDeployment{QueueMode: def.QueueMode, MessageRetention: def.MessageRetention}, w.cfg.AllowDataLoss)
 		return err
 	})
 	if err != nil {

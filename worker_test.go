@@ -542,7 +542,7 @@ func compileFlow(t *testing.T, pool *pgxpool.Pool, f AnyFlow) {
 	t.Helper()
 	shape, err := f.Shape()
 	require.NoError(t, err)
-	res, err := sqlapi.EnsureFlowCompiled(context.Background(), pool, f.Slug(), shape, "", false)
+	res, err := sqlapi.EnsureFlowCompiled(context.Background(), pool, f.Slug(), shape, sqlapi.FlowDeployment{}, false)
 	require.NoError(t, err)
 	require.Equal(t, "compiled", res.Status)
 }

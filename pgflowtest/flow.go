@@ -71,7 +71,8 @@ func RunFlow[I any](ctx context.Context, db DB, flow *pgflow.Flow[I], input I, o
 	if _, err := sqlapi.SchemaVersion(ctx, db); err != nil {
 		return nil, fmt.Errorf("%s: %w", subject, err)
 	}
-	res, err := sqlapi.EnsureFlowCompiled(ctx, db, ef.Slug, ef.Shape, ef.QueueMode, opts.AllowDataLoss)
+	res, err := sqlapi.EnsureFlowCompiled(ctx, db, ef.Slug, ef.Shape,
+		sqlapi.FlowDeployment{QueueMode: ef.QueueMode, MessageRetention: ef.MessageRetention}, opts.AllowDataLoss)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", subject, err)
 	}

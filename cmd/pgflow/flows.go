@@ -12,18 +12,20 @@ import (
 )
 
 type flowJSON struct {
-	FlowSlug       string            `json:"flow_slug"`
-	OptMaxAttempts int               `json:"opt_max_attempts"`
-	OptBaseDelay   int               `json:"opt_base_delay"` // seconds
-	OptTimeout     int               `json:"opt_timeout"`    // seconds
-	CreatedAt      time.Time         `json:"created_at"`
-	StepCount      int               `json:"step_count"`
-	MapStepCount   int               `json:"map_step_count"`
-	ActiveRuns     int64             `json:"active_runs"`
-	QueueMode      string            `json:"queue_mode"` // "flow" (one queue) or "step" (one queue per step)
-	Queue          *queueJSON        `json:"queue"`      // the flow's one queue; null with per-step queues or when unreadable
-	Queues         []*queueJSON      `json:"queues"`     // every queue of the flow in step order; null entries are unreadable
-	Steps          []sqlapi.FlowStep `json:"steps"`
+	FlowSlug       string    `json:"flow_slug"`
+	OptMaxAttempts int       `json:"opt_max_attempts"`
+	OptBaseDelay   int       `json:"opt_base_delay"` // seconds
+	OptTimeout     int       `json:"opt_timeout"`    // seconds
+	CreatedAt      time.Time `json:"created_at"`
+	StepCount      int       `json:"step_count"`
+	MapStepCount   int       `json:"map_step_count"`
+	ActiveRuns     int64     `json:"active_runs"`
+	QueueMode      string    `json:"queue_mode"` // "flow" (one queue) or "step" (one queue per step)
+	// MessageRetention is "archive" (messages archived when their task finishes) or "delete" (deleted at the claim).
+	MessageRetention string            `json:"message_retention"`
+	Queue            *queueJSON        `json:"queue"`  // the flow's one queue; null with per-step queues or when unreadable
+	Queues           []*queueJSON      `json:"queues"` // every queue of the flow in step order; null entries are unreadable
+	Steps            []sqlapi.FlowStep `json:"steps"`
 }
 
 type queueJSON struct {
@@ -46,7 +48,8 @@ each step's queue with its depth.
 
 --steps adds each flow's steps with their type, queue and dependencies. --json prints an array of documents with
 the fields flow_slug, opt_max_attempts, opt_base_delay, opt_timeout, created_at, step_count, map_step_count,
-active_runs, queue_mode ("flow" or "step"), queue {name, length, visible} (the flow's one queue; null with per-step
+active_runs, queue_mode ("flow" or "step"), message_retention ("archive" or "delete": whether a task's message is
+archived when the task finishes or deleted when a worker claims it), queue {name, length, visible} (the flow's one queue; null with per-step
 queues or if it cannot be read), queues[] (every queue of the flow in step order, each like queue; null if it
 cannot be read) and steps[] {step_slug, step_type, step_index, deps, queue_name}.`,
 		Example: `  pgflow flows
@@ -91,6 +94,7 @@ cannot be read) and steps[] {step_slug, step_type, step_index, deps, queue_name}
 					}
 				}
 				d.QueueMode = f.QueueMode
+				d.MessageRetention = f.MessageRetention
 				for _, name := range names {
 					var q *queueJSON
 					if depth, err := sqlapi.GetQueueMetrics(ctx, pool, name); err == nil {

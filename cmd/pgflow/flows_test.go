@@ -79,6 +79,8 @@ func TestFlowsCommandMixedCaseSlug(t *testing.T) {
 	docs := decodeJSON[[]flowJSON](t, mustCLI(t, "--database-url", db.URL, "flows", "--json"))
 	require.Len(t, docs, 1)
 	require.Equal(t, "sumOfSquares", docs[0].FlowSlug)
+	require.Equal(t, "flow", docs[0].QueueMode)
+	require.Equal(t, "archive", docs[0].MessageRetention)
 	require.NotNil(t, docs[0].Queue)
 	require.Equal(t, "sumofsquares", docs[0].Queue.Name) // steps.queue_name is lower(flow_slug)
 	require.EqualValues(t, 2, docs[0].Queue.Length)
@@ -102,7 +104,7 @@ func TestFlowsCommandPerStepQueues(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	for _, stmt := range []string{
-		`select pgflow.create_flow('routed', queue_mode => 'step')`,
+		`select pgflow.create_flow('routed', queue_mode => 'step', message_retention => 'delete')`,
 		`select pgflow.add_step('routed', 'first')`,
 		`select pgflow.add_step('routed', 'second')`,
 		`select pgflow.add_step('routed', 'after', array['first'])`,
@@ -121,6 +123,7 @@ func TestFlowsCommandPerStepQueues(t *testing.T) {
 	docs := decodeJSON[[]flowJSON](t, mustCLI(t, "--database-url", db.URL, "flows", "--json"))
 	require.Len(t, docs, 1)
 	require.Equal(t, "step", docs[0].QueueMode)
+	require.Equal(t, "delete", docs[0].MessageRetention)
 	require.Nil(t, docs[0].Queue)
 	require.Equal(t, []*queueJSON{
 		{Name: "routed__first", Length: 2, Visible: 2}, {Name: "routed__second", Length: 2, Visible: 2}, {Name: "routed__after"},

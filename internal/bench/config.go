@@ -71,6 +71,9 @@ type Config struct {
 	// Starters is the number of clients that start runs at the same time (each its own connection). The default,
 	// 2, matches the baseline's two clients.
 	Starters int
+	// DeleteMessages defines the benchmark's flows with pgflow.DeleteTaskMessages: a task's message is deleted at
+	// its claim instead of archived when the task finishes.
+	DeleteMessages bool
 	// Rate is the arrival rate of the latency scenario in runs per second; LatencyDuration its length.
 	Rate            float64
 	LatencyDuration time.Duration

@@ -25,7 +25,7 @@ const (
 // default listening configuration (periodic read every 2 s); the latency of a delayed task is the time from when
 // it became due to its claim (step_tasks.started_at), both on the database's clock.
 func (e *env) runDelayed(ctx context.Context, cfg Config, progress func(Progress)) (*Result, error) {
-	bf, err := flowFor(ScenarioDelayed)
+	bf, err := flowFor(ScenarioDelayed, cfg.DeleteMessages)
 	if err != nil {
 		return nil, err
 	}

@@ -25,10 +25,14 @@ type empty struct{}
 func noop(context.Context, *pgflow.Task[json.RawMessage]) (empty, error) { return empty{}, nil }
 
 // flowFor returns a fresh definition of the flow a scenario works (definitions are frozen by workers, so every
-// use builds its own).
-func flowFor(scenario string) (*benchFlow, error) {
+// use builds its own); deleteMessages defines it with pgflow.DeleteTaskMessages.
+func flowFor(scenario string, deleteMessages bool) (*benchFlow, error) {
 	slug := "bench_" + strings.ReplaceAll(scenario, "-", "_")
-	f := pgflow.NewFlow[json.RawMessage](slug, pgflow.MaxAttempts(3), pgflow.Timeout(time.Minute))
+	opts := []pgflow.FlowOption{pgflow.MaxAttempts(3), pgflow.Timeout(time.Minute)}
+	if deleteMessages {
+		opts = append(opts, pgflow.DeleteTaskMessages())
+	}
+	f := pgflow.NewFlow[json.RawMessage](slug, opts...)
 	bf := &benchFlow{flow: f, slug: slug, input: json.RawMessage(`{}`)}
 	switch scenario {
 	case ScenarioOneStep, ScenarioLatency, ScenarioStart, ScenarioIdle, growthScenario, scaleScenario:
@@ -62,7 +66,7 @@ func flowFor(scenario string) (*benchFlow, error) {
 		}
 		raw, _ := json.Marshal(items)
 		bf.input = raw
-		mf := pgflow.NewFlow[[]json.RawMessage](slug, pgflow.MaxAttempts(3), pgflow.Timeout(time.Minute))
+		mf := pgflow.NewFlow[[]json.RawMessage](slug, opts...)
 		pgflow.MapInput(mf, "each", func(_ context.Context, _ *pgflow.Task[[]json.RawMessage], item json.RawMessage) (json.RawMessage, error) {
 			return item, nil
 		})

@@ -130,7 +130,7 @@ func (f *finishedTasks) TaskFinished(context.Context, pgflow.TaskFinishedEvent) 
 // tables are vacuumed and analyzed, then cfg.Runs runs are started (measured per run) and cfg.Runs tasks are
 // worked off the backlog by the workers (measured per task).
 func (e *env) runGrowth(ctx context.Context, cfg Config, progress func(Progress)) (*Growth, error) {
-	bf, err := flowFor(growthScenario)
+	bf, err := flowFor(growthScenario, cfg.DeleteMessages)
 	if err != nil {
 		return nil, err
 	}

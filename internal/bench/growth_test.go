@@ -131,7 +131,7 @@ func TestPreloadedHistoryLooksLikeRealRuns(t *testing.T) {
 	defer e.close()
 	cfg, err := tinyConfig(db.URL).resolve()
 	require.NoError(t, err)
-	bf, err := flowFor(growthScenario)
+	bf, err := flowFor(growthScenario, false)
 	require.NoError(t, err)
 	require.NoError(t, e.prepareFlow(ctx, bf))
 	require.NoError(t, startRuns(ctx, e.mon, bf, 3, 3, 1, func(int) {}))

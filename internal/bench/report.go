@@ -38,6 +38,7 @@ type ConfigSummary struct {
 	StartBatch       int      `json:"start_batch"`
 	Starters         int      `json:"starters"`
 	Rate             float64  `json:"latency_rate"`
+	DeleteMessages   bool     `json:"delete_messages"`
 	GrowthSizes      []int    `json:"growth_sizes,omitempty"`
 	Backlog          int      `json:"backlog,omitempty"`
 	ScaleWorkers     []int    `json:"scale_workers,omitempty"`
@@ -48,6 +49,7 @@ type ConfigSummary struct {
 func summarize(c Config) ConfigSummary {
 	s := ConfigSummary{Mode: c.Mode, Scenarios: c.Scenarios, Runs: c.Runs, Workers: c.Workers, MaxConcurrent: c.MaxConcurrent,
 		BatchSize: c.BatchSize, PoolSize: c.PoolSize, StartBatch: c.StartBatch, Starters: c.Starters, Rate: c.Rate,
+		DeleteMessages:  c.DeleteMessages,
 		BaselineSeconds: c.BaselineDuration.Seconds(), ThrowawayCluster: c.DatabaseURL == ""}
 	switch c.Mode {
 	case ModeContinuous:
@@ -217,6 +219,9 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		c.Mode, c.Runs, c.Workers, c.MaxConcurrent, c.BatchSize, c.PoolSize, c.StartBatch, c.Starters)
 	if c.Mode == ModeContinuous {
 		fmt.Fprintf(w, " duration=%gs warmup=%gs", c.DurationSeconds, c.WarmupSeconds)
+	}
+	if c.DeleteMessages {
+		fmt.Fprint(w, " messages=deleted at the claim (DeleteTaskMessages)")
 	}
 	fmt.Fprintln(w)
 	b := rep.Baseline

@@ -160,7 +160,7 @@ func (e *env) startTracedWorkers(ctx context.Context, cfg Config, scenario strin
 	startCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	for i := range n {
-		bf, err := flowFor(scenario)
+		bf, err := flowFor(scenario, cfg.DeleteMessages)
 		if err != nil {
 			return nil, errors.Join(err, ws.stop())
 		}
@@ -350,7 +350,7 @@ func (e *env) runThroughput(ctx context.Context, cfg Config, name string, progre
 	if cfg.Mode == ModeContinuous {
 		return e.runContinuous(ctx, cfg, name, progress)
 	}
-	bf, err := flowFor(name)
+	bf, err := flowFor(name, cfg.DeleteMessages)
 	if err != nil {
 		return nil, err
 	}
@@ -397,7 +397,7 @@ func (e *env) runThroughput(ctx context.Context, cfg Config, name string, progre
 
 // runContinuous keeps a backlog of runs for Warmup + Duration and measures the window after the warm-up.
 func (e *env) runContinuous(ctx context.Context, cfg Config, name string, progress func(Progress)) (*Result, error) {
-	bf, err := flowFor(name)
+	bf, err := flowFor(name, cfg.DeleteMessages)
 	if err != nil {
 		return nil, err
 	}
@@ -574,7 +574,7 @@ func windowRate(ts []time.Time, from, to time.Time) float64 {
 
 // runStart measures starting runs in bulk (no worker runs; the runs stay queued and are deleted afterwards).
 func (e *env) runStart(ctx context.Context, cfg Config, progress func(Progress)) (*Result, error) {
-	bf, err := flowFor(ScenarioStart)
+	bf, err := flowFor(ScenarioStart, cfg.DeleteMessages)
 	if err != nil {
 		return nil, err
 	}
@@ -662,7 +662,7 @@ func (b *latencyBook) count() int {
 // free starter counts) to its run:completed event (LISTEN on the 'pgflow' channel), with the database's
 // timestamps as a fallback. The arrival rate achieved is reported next to the one asked for.
 func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress)) (*Result, error) {
-	bf, err := flowFor(ScenarioLatency)
+	bf, err := flowFor(ScenarioLatency, cfg.DeleteMessages)
 	if err != nil {
 		return nil, err
 	}
@@ -822,7 +822,7 @@ func offerArrivals(ctx context.Context, n int, rate float64, start func(ctx cont
 // runIdle measures what a worker with nothing to do (configured by wcfg) costs the database: the statements it
 // sends per second, and the database's transactions and WAL per second.
 func (e *env) runIdle(ctx context.Context, cfg Config, mode string, wcfg pgflow.WorkerConfig, progress func(Progress)) (*Result, error) {
-	bf, err := flowFor(ScenarioIdle)
+	bf, err := flowFor(ScenarioIdle, cfg.DeleteMessages)
 	if err != nil {
 		return nil, err
 	}

@@ -74,6 +74,8 @@ type workerProcessSettings struct {
 	// Idle runs the worker with the default WorkerConfig (what an idle production worker does) instead of the
 	// benchmark's throughput settings.
 	Idle bool `json:"idle,omitempty"`
+	// DeleteMessages is Config.DeleteMessages.
+	DeleteMessages bool `json:"delete_messages,omitempty"`
 }
 
 // processStats is a worker process's answer to "stats".
@@ -102,7 +104,7 @@ func WorkerProcessMain(ctx context.Context, in io.Reader, out io.Writer) error {
 		return err
 	}
 	defer client.Close()
-	bf, err := flowFor(scaleScenario)
+	bf, err := flowFor(scaleScenario, s.DeleteMessages)
 	if err != nil {
 		return err
 	}
@@ -173,7 +175,7 @@ func (e *env) startProcesses(ctx context.Context, cfg Config, n int, idle bool) 
 
 func (e *env) startProcess(ctx context.Context, cfg Config, app string, idle bool) (*workerProcess, error) {
 	settings, _ := json.Marshal(workerProcessSettings{URL: e.url, App: app, MaxConcurrent: cfg.MaxConcurrent,
-		BatchSize: cfg.BatchSize, PoolSize: cfg.PoolSize, Idle: idle})
+		BatchSize: cfg.BatchSize, PoolSize: cfg.PoolSize, Idle: idle, DeleteMessages: cfg.DeleteMessages})
 	cmd := exec.CommandContext(ctx, cfg.WorkerCommand[0], cfg.WorkerCommand[1:]...)
 	cmd.Env = append(os.Environ(), EnvWorkerProcess+"="+string(settings))
 	p := &workerProcess{app: app, cmd: cmd, lines: make(chan string, 16), exited: make(chan struct{}), stderr: &bytes.Buffer{}}
@@ -301,7 +303,7 @@ func (e *env) runScaleOut(ctx context.Context, cfg Config, progress func(Progres
 }
 
 func (e *env) scalePoint(ctx context.Context, cfg Config, n int, progress func(Progress)) (*ScalePoint, error) {
-	bf, err := flowFor(scaleScenario)
+	bf, err := flowFor(scaleScenario, cfg.DeleteMessages)
 	if err != nil {
 		return nil, err
 	}

@@ -96,8 +96,10 @@ type handlerResult struct {
 // timeout is not waited for).
 func (e *Executor) Run(t Task) {
 	meta := t.Meta()
-	log := e.cfg.Logger.With("flow", t.FlowSlug, "worker_id", t.WorkerID, "queue", t.QueueName, "run_id", t.RunID, "step", t.StepSlug, "task_index", t.TaskIndex,
-		"msg_id", strconv.FormatInt(t.MsgID, 10), "attempt", t.Attempt)
+	log := taskLogger(e.cfg.Logger, slog.String("flow", t.FlowSlug), slog.String("worker_id", t.WorkerID),
+		slog.String("queue", t.QueueName), slog.String("run_id", t.RunID), slog.String("step", t.StepSlug),
+		slog.Int("task_index", t.TaskIndex), slog.String("msg_id", strconv.FormatInt(t.MsgID, 10)),
+		slog.Int("attempt", t.Attempt))
 	ctx := e.cfg.Observer.TaskStarted(e.cfg.Handlers, meta) // the handler's context, before its deadline
 	finish := func(o observe.Outcome) { e.cfg.Observer.TaskFinished(ctx, meta, o) }
 

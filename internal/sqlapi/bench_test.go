@@ -29,12 +29,16 @@ const (
 )
 
 // benchDB returns a database with a one-step flow and a registered worker.
-func benchDB(b *testing.B) *pgxpool.Pool {
+func benchDB(b *testing.B) *pgxpool.Pool { return benchDBRetaining(b, "archive") }
+
+// benchDBRetaining is benchDB with the flow's message retention ("archive" or "delete").
+func benchDBRetaining(b *testing.B, retention string) *pgxpool.Pool {
 	b.Helper()
 	pool := pgtest.New(b).Pool
 	ctx := context.Background()
 	for _, q := range []string{
-		fmt.Sprintf(`select pgflow.create_flow('%s', max_attempts => 3, timeout => 60)`, benchFlow),
+		fmt.Sprintf(`select pgflow.create_flow('%s', max_attempts => 3, timeout => 60, message_retention => '%s')`,
+			benchFlow, retention),
 		fmt.Sprintf(`select pgflow.add_step('%s', 'work')`, benchFlow),
 	} {
 		if _, err := pool.Exec(ctx, q); err != nil {
@@ -155,21 +159,30 @@ func BenchmarkReadThenStartTasks(b *testing.B) {
 	report(b, pool, before, b.N)
 }
 
+// retentions runs bench once per message retention of the flow (sub-benchmarks archive and delete).
+func retentions(b *testing.B, bench func(b *testing.B, pool *pgxpool.Pool)) {
+	for _, r := range []string{"archive", "delete"} {
+		b.Run(r, func(b *testing.B) { bench(b, benchDBRetaining(b, r)) })
+	}
+}
+
 // BenchmarkReadAndStartTasks is the listening worker's path: read and claim in one call.
 func BenchmarkReadAndStartTasks(b *testing.B) {
-	pool := benchDB(b)
-	startRuns(b, pool, b.N)
-	before := readCounters(b, pool)
-	b.ResetTimer()
-	if got := len(benchClaimAll(b, pool)); got != b.N {
-		b.Fatalf("claimed %d tasks, want %d", got, b.N)
-	}
-	report(b, pool, before, b.N)
+	retentions(b, func(b *testing.B, pool *pgxpool.Pool) {
+		startRuns(b, pool, b.N)
+		before := readCounters(b, pool)
+		b.ResetTimer()
+		if got := len(benchClaimAll(b, pool)); got != b.N {
+			b.Fatalf("claimed %d tasks, want %d", got, b.N)
+		}
+		report(b, pool, before, b.N)
+	})
 }
 
 // BenchmarkCompleteTasks completes claimed one-step tasks in batches (each completes its step and its run).
-func BenchmarkCompleteTasks(b *testing.B) {
-	pool := benchDB(b)
+func BenchmarkCompleteTasks(b *testing.B) { retentions(b, benchCompleteTasks) }
+
+func benchCompleteTasks(b *testing.B, pool *pgxpool.Pool) {
 	startRuns(b, pool, b.N)
 	tasks := benchClaimAll(b, pool)
 	ctx := context.Background()

@@ -22,9 +22,11 @@ type Flow struct {
 	BaseDelay   int // flows.opt_base_delay, seconds
 	Timeout     int // flows.opt_timeout, seconds
 	CreatedAt   time.Time
-	QueueMode   string     // flows.queue_mode: "flow" or "step" (v0.20.0; "flow" on older schemas)
-	Steps       []FlowStep // in step_index order
-	Runs        RunCounts
+	QueueMode   string // flows.queue_mode: "flow" or "step" (v0.20.0; "flow" on older schemas)
+	// MessageRetention is flows.message_retention: "archive" or "delete" (v0.20.0; "archive" on older schemas).
+	MessageRetention string
+	Steps            []FlowStep // in step_index order
+	Runs             RunCounts
 }
 
 // RunCounts is how many runs of a flow are in each run status. Started counts the runs still in progress.
@@ -65,7 +67,8 @@ const flowStepsJSON = `
 
 const listFlowsSQL = `
 select f.flow_slug, f.opt_max_attempts, f.opt_base_delay, f.opt_timeout, f.created_at,
-  coalesce(to_jsonb(f) ->> 'queue_mode', 'flow'),` + flowStepsJSON + `  coalesce(rc.started, 0), coalesce(rc.completed, 0), coalesce(rc.failed, 0),
+  coalesce(to_jsonb(f) ->> 'queue_mode', 'flow'), coalesce(to_jsonb(f) ->> 'message_retention', 'archive'),` +
+	flowStepsJSON + `  coalesce(rc.started, 0), coalesce(rc.completed, 0), coalesce(rc.failed, 0),
   coalesce(rc.cancelled, 0)
 from pgflow.flows as f
 left join (
@@ -99,8 +102,8 @@ func ListFlows(ctx context.Context, db DBTX, p ListFlowsParams) ([]Flow, error) 
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Flow, error) {
 		var f Flow
 		var steps []byte
-		if err := row.Scan(&f.FlowSlug, &f.MaxAttempts, &f.BaseDelay, &f.Timeout, &f.CreatedAt, &f.QueueMode, &steps,
-			&f.Runs.Started, &f.Runs.Completed, &f.Runs.Failed, &f.Runs.Cancelled); err != nil {
+		if err := row.Scan(&f.FlowSlug, &f.MaxAttempts, &f.BaseDelay, &f.Timeout, &f.CreatedAt, &f.QueueMode, &f.MessageRetention,
+			&steps, &f.Runs.Started, &f.Runs.Completed, &f.Runs.Failed, &f.Runs.Cancelled); err != nil {
 			return f, err
 		}
 		if err := json.Unmarshal(steps, &f.Steps); err != nil {
@@ -219,14 +222,20 @@ type CompileResult struct {
 	Differences []string `json:"differences"`
 }
 
-// EnsureFlowCompiled calls pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss, queue_mode); queueMode
-// is "flow" or "step" ("" means "flow").
-func EnsureFlowCompiled(ctx context.Context, db DBTX, flowSlug string, shape json.RawMessage, queueMode string, allowDataLoss bool) (CompileResult, error) {
+// FlowDeployment is how a flow's tasks travel, stored with the flow apart from its shape.
+type FlowDeployment struct {
+	QueueMode        string // flows.queue_mode: "flow" or "step" ("" means "flow")
+	MessageRetention string // flows.message_retention: "archive" or "delete" ("" keeps the stored value)
+}
+
+// EnsureFlowCompiled calls pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss, queue_mode,
+// message_retention).
+func EnsureFlowCompiled(ctx context.Context, db DBTX, flowSlug string, shape json.RawMessage, deploy FlowDeployment, allowDataLoss bool) (CompileResult, error) {
 	var raw []byte
 	err := db.QueryRow(ctx,
 		`select pgflow.ensure_flow_compiled(flow_slug => $1::text, shape => $2::jsonb, allow_data_loss => $3::boolean,
-			queue_mode => nullif($4::text, ''))`,
-		flowSlug, string(shape), allowDataLoss, queueMode).Scan(&raw)
+			queue_mode => nullif($4::text, ''), message_retention => nullif($5::text, ''))`,
+		flowSlug, string(shape), allowDataLoss, deploy.QueueMode, deploy.MessageRetention).Scan(&raw)
 	if err != nil {
 		return CompileResult{}, fmt.Errorf("pgflow.ensure_flow_compiled(flow %q): %w", flowSlug, err)
 	}

@@ -39,12 +39,12 @@ func TestEnsureFlowCompiledStatuses(t *testing.T) {
 	var shape json.RawMessage
 	require.NoError(t, db.Pool.QueryRow(ctx, `select pgflow._get_flow_shape('src')`).Scan(&shape))
 
-	res, err := sqlapi.EnsureFlowCompiled(ctx, db.Pool, "copy", shape, "", false)
+	res, err := sqlapi.EnsureFlowCompiled(ctx, db.Pool, "copy", shape, sqlapi.FlowDeployment{}, false)
 	require.NoError(t, err)
 	require.Equal(t, "compiled", res.Status)
 	require.Empty(t, res.Differences)
 
-	res, err = sqlapi.EnsureFlowCompiled(ctx, db.Pool, "copy", shape, "", false)
+	res, err = sqlapi.EnsureFlowCompiled(ctx, db.Pool, "copy", shape, sqlapi.FlowDeployment{}, false)
 	require.NoError(t, err)
 	require.Equal(t, "verified", res.Status)
 
@@ -53,12 +53,12 @@ func TestEnsureFlowCompiledStatuses(t *testing.T) {
 	other["steps"] = []any{}
 	changed, err := json.Marshal(other)
 	require.NoError(t, err)
-	res, err = sqlapi.EnsureFlowCompiled(ctx, db.Pool, "copy", changed, "", false)
+	res, err = sqlapi.EnsureFlowCompiled(ctx, db.Pool, "copy", changed, sqlapi.FlowDeployment{}, false)
 	require.NoError(t, err)
 	require.Equal(t, "mismatch", res.Status)
 	require.NotEmpty(t, res.Differences)
 
-	res, err = sqlapi.EnsureFlowCompiled(ctx, db.Pool, "copy", changed, "", true)
+	res, err = sqlapi.EnsureFlowCompiled(ctx, db.Pool, "copy", changed, sqlapi.FlowDeployment{}, true)
 	require.NoError(t, err)
 	require.Equal(t, "recompiled", res.Status)
 }

@@ -55,9 +55,11 @@ type Step struct {
 type Flow struct {
 	Slug      string
 	Shape     json.RawMessage
-	QueueMode string   // "flow" (one queue) or "step" (one queue per step): pgflow.flows.queue_mode
-	StepOrder []string // step slugs in definition order (= step_index)
-	Steps     map[string]*Step
+	QueueMode string // "flow" (one queue) or "step" (one queue per step): pgflow.flows.queue_mode
+	// MessageRetention is "archive" or "delete": pgflow.flows.message_retention ("" leaves the stored value).
+	MessageRetention string
+	StepOrder        []string // step slugs in definition order (= step_index)
+	Steps            map[string]*Step
 }
 
 // Permanent reports whether err, or an error it wraps, asks not to be retried: it has a method Permanent() bool

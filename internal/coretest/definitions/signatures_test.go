@@ -14,7 +14,8 @@ func TestDefinitionFunctionSignatures(t *testing.T) {
 
 	want := []string{
 		"_compare_flow_shapes(p_local jsonb, p_db jsonb) text[] stable",
-		"_create_flow_from_shape(p_flow_slug text, p_shape jsonb, p_queue_mode text DEFAULT NULL::text) void volatile",
+		"_create_flow_from_shape(p_flow_slug text, p_shape jsonb, p_queue_mode text DEFAULT NULL::text, " +
+			"p_message_retention text DEFAULT NULL::text) void volatile",
 		"_default_queue_name(flow_slug text) text immutable parallel-safe",
 		"_get_flow_shape(p_flow_slug text) jsonb stable",
 		"add_step(flow_slug text, step_slug text, deps_slugs text[] DEFAULT '{}'::text[], " +
@@ -25,10 +26,11 @@ func TestDefinitionFunctionSignatures(t *testing.T) {
 			"when_exhausted text DEFAULT 'fail'::text) pgflow.steps volatile",
 		"calculate_retry_delay(base_delay numeric, attempts_count integer) integer immutable parallel-safe",
 		"create_flow(flow_slug text, max_attempts integer DEFAULT NULL::integer, base_delay integer DEFAULT NULL::integer, " +
-			"timeout integer DEFAULT NULL::integer, queue_mode text DEFAULT NULL::text) pgflow.flows volatile",
+			"timeout integer DEFAULT NULL::integer, queue_mode text DEFAULT NULL::text, " +
+			"message_retention text DEFAULT NULL::text) pgflow.flows volatile",
 		"delete_flow_and_data(p_flow_slug text) void volatile",
 		"ensure_flow_compiled(flow_slug text, shape jsonb, allow_data_loss boolean DEFAULT false, " +
-			"queue_mode text DEFAULT NULL::text) jsonb volatile",
+			"queue_mode text DEFAULT NULL::text, message_retention text DEFAULT NULL::text) jsonb volatile",
 		"heartbeat_worker(worker_id uuid, listening boolean DEFAULT false) boolean volatile",
 		"is_local() boolean stable parallel-safe",
 		"is_valid_slug(slug text) boolean immutable",

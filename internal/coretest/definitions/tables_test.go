@@ -15,7 +15,7 @@ func TestTableColumns(t *testing.T) {
 	want := map[string]string{
 		"flows": "flow_slug text NOT NULL, opt_max_attempts integer NOT NULL 3, opt_base_delay integer NOT NULL 1, " +
 			"opt_timeout integer NOT NULL 60, created_at timestamp with time zone NOT NULL now(), " +
-			"queue_mode text NOT NULL 'flow'::text",
+			"queue_mode text NOT NULL 'flow'::text, message_retention text NOT NULL 'archive'::text",
 		"steps": "flow_slug text NOT NULL, step_slug text NOT NULL, step_type text NOT NULL 'single'::text, " +
 			"step_index integer NOT NULL 0, deps_count integer NOT NULL 0, opt_max_attempts integer, " +
 			"opt_base_delay integer, opt_timeout integer, created_at timestamp with time zone NOT NULL now(), " +
@@ -76,7 +76,7 @@ func TestConstraintAndIndexNames(t *testing.T) {
 	pool := newDB(t)
 
 	wantConstraints := map[string]string{
-		"flows": "flows_pkey opt_base_delay_is_nonnegative opt_max_attempts_is_nonnegative opt_timeout_is_positive queue_mode_is_valid slug_is_valid",
+		"flows": "flows_pkey message_retention_is_valid opt_base_delay_is_nonnegative opt_max_attempts_is_nonnegative opt_timeout_is_positive queue_mode_is_valid slug_is_valid",
 		"steps": "forbidden_input_pattern_is_object opt_base_delay_is_nonnegative opt_max_attempts_is_nonnegative " +
 			"opt_start_delay_is_nonnegative opt_timeout_is_positive required_input_pattern_is_object " +
 			"steps_deps_count_check steps_flow_slug_fkey steps_flow_slug_step_index_key steps_pkey " +

@@ -1,5 +1,5 @@
 create or replace function pgflow._claim_tasks(p_flow_slug text, p_queue_name text, p_msg_ids bigint[], p_worker_id uuid)
-returns table (row_address tid, message_id bigint, vt_offset integer)
+returns table (row_address tid, message_id bigint, vt_offset integer, delete_message boolean)
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
@@ -52,7 +52,8 @@ begin
     )
     select c.row_address,
            c.message_id,
-           least(coalesce(s.opt_timeout, f.opt_timeout), 2147483645) + 2
+           least(coalesce(s.opt_timeout, f.opt_timeout), 2147483645) + 2,
+           f.message_retention = 'delete'
       from claimed as c
       join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
       join pgflow.flows as f on f.flow_slug = c.flow_slug;
@@ -67,7 +68,8 @@ case -, that belong to p_flow_slug, are 'queued', and whose run and step are 'st
 (attempts_count + 1, started_at now, last_worker_id = p_worker_id). Every other task is left untouched. A task is
 claimed at most once: rows are locked with FOR UPDATE SKIP LOCKED and re-checked, so of two concurrent calls each
 task goes to one caller only. No PGMQ row is read or changed here. Returns one row per claimed task: its physical
-address (valid until the caller's transaction ends), its message id and the visibility its message needs, the
-effective step timeout + 2 seconds (at most 2147483647). Its cost grows with the number of ids only: each id is
+address (valid until the caller's transaction ends), its message id, the visibility its message needs, the
+effective step timeout + 2 seconds (at most 2147483647), and whether the message is to be deleted instead
+(v0.20.0: the flow's message_retention is 'delete'). Its cost grows with the number of ids only: each id is
 looked up by the unique key, each row locked and updated by its address.
 $doc$;

@@ -1,4 +1,5 @@
-create or replace function pgflow._create_flow_from_shape(p_flow_slug text, p_shape jsonb, p_queue_mode text default null)
+create or replace function pgflow._create_flow_from_shape(p_flow_slug text, p_shape jsonb, p_queue_mode text default null,
+                                                          p_message_retention text default null)
 returns void
 language plpgsql
 volatile
@@ -20,7 +21,8 @@ begin
     max_attempts => (v_options ->> 'maxAttempts')::int,
     base_delay   => (v_options ->> 'baseDelay')::int,
     timeout      => (v_options ->> 'timeout')::int,
-    queue_mode   => p_queue_mode
+    queue_mode   => p_queue_mode,
+    message_retention => p_message_retention
   );
 
   for v_step in select e.value from jsonb_array_elements(v_steps) with ordinality as e(value, pos) order by e.pos loop
@@ -46,11 +48,11 @@ begin
 end;
 $$;
 
-comment on function pgflow._create_flow_from_shape(p_flow_slug text, p_shape jsonb, p_queue_mode text) is $doc$
-pgflow._create_flow_from_shape(p_flow_slug, p_shape, p_queue_mode) guarantees: defines the flow described by a
-shape, using create_flow and add_step (so it has their idempotence and errors): flow options from shape.options
-(maxAttempts, baseDelay, timeout; absent = create_flow defaults) and the queue mode p_queue_mode (NULL = 'flow';
-v0.20.0), then every element of shape.steps in array
+comment on function pgflow._create_flow_from_shape(p_flow_slug text, p_shape jsonb, p_queue_mode text, p_message_retention text) is $doc$
+pgflow._create_flow_from_shape(p_flow_slug, p_shape, p_queue_mode, p_message_retention) guarantees: defines the
+flow described by a shape, using create_flow and add_step (so it has their idempotence and errors): flow options
+from shape.options (maxAttempts, baseDelay, timeout; absent = create_flow defaults), the queue mode p_queue_mode
+(NULL = 'flow'; v0.20.0) and the message retention p_message_retention (NULL = 'archive'; v0.20.0), then every element of shape.steps in array
 order with its dependencies (absent = none), stepType (absent = 'single'), whenUnmet (absent = 'skip'),
 whenExhausted (absent = 'fail'), patterns (only when {"defined": true}) and step options (maxAttempts,
 baseDelay, timeout, startDelay; absent = inherit).

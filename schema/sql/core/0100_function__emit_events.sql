@@ -13,26 +13,28 @@ begin
   end if;
 
   -- The envelope is written as text, byte for byte what jsonb_strip_nulls(jsonb_build_object(...))::text gives
-  -- (keys in jsonb's order: by length, then bytes; NULL members left out), at about half the cost. One call of
-  -- pgflow._notify sends them all, in the order of the arrays.
+  -- (keys in jsonb's order: by length, then bytes; NULL members left out: concat_ws skips them), at about a third
+  -- of the cost. No value needs JSON escaping: slugs are [a-zA-Z0-9_] (flows.slug_is_valid,
+  -- steps_step_slug_check), run ids are UUIDs, event types and statuses come from this schema's fixed vocabulary.
+  -- One call of pgflow._notify sends them all, in the order of the arrays.
   select array_agg(c.channel order by e.pos, c.k), array_agg(e.envelope order by e.pos, c.k)
     into v_channels, v_envelopes
      from (
        select x.pos,
               x.run_id,
-              '{' || array_to_string(array[
-                '"event": ' || to_json(x.event)::text,
-                '"run_id": ' || to_json(x.run_id)::text,
-                '"status": ' || to_json(x.status)::text,
-                '"flow_slug": ' || to_json(coalesce(
+              '{' || concat_ws(', ',
+                '"event": "' || x.event || '"',
+                '"run_id": "' || x.run_id || '"',
+                '"status": "' || x.status || '"',
+                '"flow_slug": "' || coalesce(
                   x.flow_slug,
-                  (select r.flow_slug from pgflow.runs as r where r.run_id = x.run_id)))::text,
-                '"step_slug": ' || to_json(x.step_slug)::text,
-                '"event_type": ' || to_json(x.event_type)::text], ', ') || '}' as envelope
+                  (select r.flow_slug from pgflow.runs as r where r.run_id = x.run_id::uuid)) || '"',
+                '"step_slug": "' || x.step_slug || '"',
+                '"event_type": "' || x.event_type || '"') || '}' as envelope
          from (
            select u.pos,
                   u.p ->> 'event_type' as event_type,
-                  (u.p ->> 'run_id')::uuid as run_id,
+                  u.p ->> 'run_id' as run_id,
                   u.p ->> 'step_slug' as step_slug,
                   u.p ->> 'status' as status,
                   u.p ->> 'flow_slug' as flow_slug,
@@ -43,7 +45,7 @@ begin
              from unnest(_emit_events.payloads) with ordinality as u (p, pos)
          ) as x
      ) as e
-     cross join lateral (values (1, 'pgflow'), (2, 'pgflow:run:' || e.run_id::text)) as c (k, channel);
+     cross join lateral (values (1, 'pgflow'), (2, 'pgflow:run:' || e.run_id)) as c (k, channel);
   perform pgflow._notify(v_channels, v_envelopes);
 
   if pgflow._trusted_realtime_send() is not null then

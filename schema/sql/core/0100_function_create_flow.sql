@@ -1,9 +1,10 @@
 create or replace function pgflow.create_flow(
-  flow_slug    text,
-  max_attempts integer default null,
-  base_delay   integer default null,
-  timeout      integer default null,
-  queue_mode   text    default null
+  flow_slug         text,
+  max_attempts      integer default null,
+  base_delay        integer default null,
+  timeout           integer default null,
+  queue_mode        text    default null,
+  message_retention text    default null
 )
 returns pgflow.flows
 language plpgsql
@@ -15,11 +16,18 @@ declare
   v_queue  text := pgflow._default_queue_name(create_flow.flow_slug);
   v_listed text;
   v_mode   text := coalesce(create_flow.queue_mode, 'flow');
+  v_retention text := coalesce(create_flow.message_retention, 'archive');
 begin
   if v_mode not in ('flow', 'step') then
     raise exception using
       errcode = '22023',
       message = format('Flow "%s": queue_mode must be ''flow'' or ''step'', got ''%s''', create_flow.flow_slug, v_mode);
+  end if;
+  if v_retention not in ('archive', 'delete') then
+    raise exception using
+      errcode = '22023',
+      message = format('Flow "%s": message_retention must be ''archive'' or ''delete'', got ''%s''',
+        create_flow.flow_slug, v_retention);
   end if;
   -- An invalid slug goes straight to the insert below, which rejects it on the slug_is_valid constraint.
   if pgflow.is_valid_slug(create_flow.flow_slug) then
@@ -60,13 +68,15 @@ begin
     end if;
   end if;
 
-  insert into pgflow.flows as f (flow_slug, opt_max_attempts, opt_base_delay, opt_timeout, queue_mode)
+  insert into pgflow.flows as f (flow_slug, opt_max_attempts, opt_base_delay, opt_timeout, queue_mode,
+                                 message_retention)
   values (
     create_flow.flow_slug,
     coalesce(create_flow.max_attempts, 3),
     coalesce(create_flow.base_delay, 5),
     coalesce(create_flow.timeout, 60),
-    v_mode
+    v_mode,
+    v_retention
   )
   returning f.* into v_flow;
 
@@ -78,11 +88,15 @@ begin
 end;
 $$;
 
-comment on function pgflow.create_flow(flow_slug text, max_attempts integer, base_delay integer, timeout integer, queue_mode text) is $doc$
-pgflow.create_flow(flow_slug, max_attempts, base_delay, timeout, queue_mode) guarantees:
+comment on function pgflow.create_flow(flow_slug text, max_attempts integer, base_delay integer, timeout integer, queue_mode text, message_retention text) is $doc$
+pgflow.create_flow(flow_slug, max_attempts, base_delay, timeout, queue_mode, message_retention) guarantees:
   * idempotent: the first call inserts the flow (NULL options become max_attempts 3, base_delay 5, timeout 60,
-    queue_mode 'flow'); later calls return the existing row unchanged (options and queue_mode are NOT updated;
-    ensure_flow_compiled reports a different queue mode as a difference);
+    queue_mode 'flow', message_retention 'archive'); later calls return the existing row unchanged (options,
+    queue_mode and message_retention are NOT updated; ensure_flow_compiled reports a different queue mode as a
+    difference and sets a different message retention in place);
+  * message_retention (v0.20.0) 'archive' or 'delete' (flows.message_retention: whether a task's message is
+    archived when the task finishes or deleted when a worker claims it); anything else is refused (22023) before
+    anything is written;
   * queue_mode 'flow' (the default): the flow's default PGMQ queue, pgflow._default_queue_name(flow_slug) (the
     lower-case slug), exists afterwards, also for a flow without steps; an existing flow reuses the queue PGMQ
     lists under any spelling of that name (a mixed-case queue created by v0.16.0 stays as it is) and gets it

@@ -1,8 +1,9 @@
 create or replace function pgflow.ensure_flow_compiled(
-  flow_slug       text,
-  shape           jsonb,
-  allow_data_loss boolean default false,
-  queue_mode      text    default null
+  flow_slug         text,
+  shape             jsonb,
+  allow_data_loss   boolean default false,
+  queue_mode        text    default null,
+  message_retention text    default null
 )
 returns jsonb
 language plpgsql
@@ -20,13 +21,29 @@ begin
       message = format('Flow "%s": queue_mode must be ''flow'' or ''step'', got ''%s''',
         ensure_flow_compiled.flow_slug, v_mode);
   end if;
+  if ensure_flow_compiled.message_retention not in ('archive', 'delete') then
+    raise exception using
+      errcode = '22023',
+      message = format('Flow "%s": message_retention must be ''archive'' or ''delete'', got ''%s''',
+        ensure_flow_compiled.flow_slug, ensure_flow_compiled.message_retention);
+  end if;
   perform pgflow._validate_flow_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
   perform pg_advisory_xact_lock(1, hashtext(lower(ensure_flow_compiled.flow_slug)));
 
   select f.queue_mode into v_stored_mode from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug;
   if not found then
-    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape, v_mode);
+    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape, v_mode,
+                                          ensure_flow_compiled.message_retention);
     return jsonb_build_object('status', 'compiled', 'differences', '[]'::jsonb);
+  end if;
+
+  -- The message retention only decides what a claim does with a message (every other path handles both), so it
+  -- is set in place, whatever the shapes say.
+  if ensure_flow_compiled.message_retention is not null then
+    update pgflow.flows as f
+       set message_retention = ensure_flow_compiled.message_retention
+     where f.flow_slug = ensure_flow_compiled.flow_slug
+       and f.message_retention <> ensure_flow_compiled.message_retention;
   end if;
 
   -- The queue mode is deployment metadata, compared apart from the DAG shape but with the same consequences.
@@ -42,7 +59,8 @@ begin
 
   if pgflow.is_local() or coalesce(ensure_flow_compiled.allow_data_loss, false) then
     perform pgflow.delete_flow_and_data(ensure_flow_compiled.flow_slug);
-    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape, v_mode);
+    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape, v_mode,
+                                          ensure_flow_compiled.message_retention);
     return jsonb_build_object('status', 'recompiled', 'differences', to_jsonb(v_differences));
   end if;
 
@@ -50,10 +68,14 @@ begin
 end;
 $$;
 
-comment on function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb, allow_data_loss boolean, queue_mode text) is $doc$
-pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss, queue_mode) guarantees: after it returns, the stored
-flow has the caller's shape and queue mode (NULL = 'flow'; anything but 'flow' or 'step' is refused with 22023
-before anything is read), or nothing was changed and the result says why. Result:
+comment on function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb, allow_data_loss boolean, queue_mode text, message_retention text) is $doc$
+pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss, queue_mode, message_retention) guarantees: after it
+returns, the stored flow has the caller's shape and queue mode (NULL = 'flow'; anything but 'flow' or 'step' is
+refused with 22023 before anything is read), or nothing was changed and the result says why. message_retention
+(v0.20.0; 'archive' or 'delete', anything else refused with 22023 before anything is read) is stored as given in
+every outcome, also 'verified' and 'mismatch': it decides only what a claim does with a task's message, which is
+safe to change at any time, so it is never a difference; NULL keeps the stored value ('archive' for a new
+flow). Result:
 {"status": s, "differences": [...]}
   * 'compiled'   - the flow did not exist and was created from the shape (in any environment);
   * 'verified'   - the stored shape equals the caller's; nothing changed;

@@ -100,9 +100,11 @@ begin
      and not coalesce(fail_task.permanent, false) then
     v_delay := coalesce(fail_task.retry_delay,
                         pgflow.calculate_retry_delay(v_base_delay, v_task.attempts_count - v_task.attempts_before_retry));
+    -- The message, still in the queue or deleted at the claim (message_retention 'delete'), becomes readable
+    -- after the delay; a message sent again gives the task a new message_id, which the update below returns.
     if v_task.message_id is not null then
       select m.vt into v_retry_at
-        from pgmq.set_vt(v_task.queue_name, v_task.message_id, v_delay) as m;
+        from pgflow._make_task_messages_visible(v_task.queue_name, array[v_task.message_id], array[v_delay]) as m;
     end if;
     v_retry_at := coalesce(v_retry_at, clock_timestamp() + make_interval(secs => v_delay));
 
@@ -282,7 +284,9 @@ pgflow.fail_task(run_id, step_slug, task_index, error_message, attempt, permanen
     kept) and its message becomes visible after retry_delay seconds from now when given (v0.20.0: the handler's
     choice, e.g. an HTTP Retry-After; at most 2147483647, the integer range; it still spends the attempt), else
     after pgflow.calculate_retry_delay(coalesce(step, flow) opt_base_delay, attempts_count -
-    attempts_before_retry); retry_at records that time (the message's new vt). The queue's workers are told:
+    attempts_before_retry); retry_at records that time (the message's new vt). A message deleted at the claim
+    (flows.message_retention 'delete') is sent again and the task stores its new message_id
+    (pgflow._make_task_messages_visible). The queue's workers are told:
     pgflow._wake_queue(queue, 0) for a delay of 0 (one alive worker of the queue, else a broadcast), else
     pgflow._notify_queue_visible_at (payload {"visible_at": ...}); no event;
   * exhausted: the task becomes 'failed' and its message is archived, then per the step's when_exhausted:
@@ -293,5 +297,5 @@ pgflow.fail_task(run_id, step_slug, task_index, error_message, attempt, permanen
     dependents released (map dependents get 0 tasks), conditions, taskless cascade, ready steps start, the run
     may complete; 'skip-cascade' -> like 'skip' but every dependent is skipped (dependency_skipped).
 Every message operation uses the queue the task stored (step_tasks.queue_name): single-message pgmq.archive and
-pgmq.set_vt calls for this task, one batch pgmq.archive call per queue when several tasks' messages are archived.
+pgflow._make_task_messages_visible calls for this task, one batch pgmq.archive call per queue when several tasks' messages are archived.
 $doc$;

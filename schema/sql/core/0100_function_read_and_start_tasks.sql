@@ -24,6 +24,7 @@ declare
   v_claimed     tid[];
   v_claimed_ids bigint[];
   v_offsets     integer[];
+  v_deleted     bigint[];
 begin
   if read_and_start_tasks.qty is null or read_and_start_tasks.qty < 1 then
     raise exception 'read_and_start_tasks: qty must be at least 1, got %', coalesce(read_and_start_tasks.qty::text, 'NULL')
@@ -55,24 +56,37 @@ begin
   end if;
 
   -- The claim, as start_tasks makes it.
-  select coalesce(array_agg(c.row_address), '{}'), coalesce(array_agg(c.message_id), '{}'),
-         coalesce(array_agg(c.vt_offset), '{}')
-    into v_claimed, v_claimed_ids, v_offsets
+  select coalesce(array_agg(c.row_address), '{}'),
+         coalesce(array_agg(c.message_id) filter (where not c.delete_message), '{}'),
+         coalesce(array_agg(c.vt_offset) filter (where not c.delete_message), '{}'),
+         coalesce(array_agg(c.message_id) filter (where c.delete_message), '{}')
+    into v_claimed, v_claimed_ids, v_offsets, v_deleted
     from pgflow._claim_tasks(read_and_start_tasks.flow_slug, v_queue_name, v_read, read_and_start_tasks.worker_id) as c;
 
-  -- One update per message for the read and the claim together: a claimed message is hidden for its step's
-  -- timeout + 2 s (as start_tasks sets it), any other read message for vt seconds (as pgmq.read does); read_ct
-  -- counts the read.
-  execute format(
-    $sql$
-    update pgmq.%I as q
-       set vt = clock_timestamp() + make_interval(secs => coalesce(c.vt_offset, $3)),
-           read_ct = q.read_ct + 1
-      from unnest($1::bigint[]) as r (msg_id)
-      left join unnest($2::bigint[], $4::integer[]) as c (msg_id, vt_offset) on c.msg_id = r.msg_id
-     where q.msg_id = r.msg_id
-    $sql$, v_qtable)
-    using v_read, v_claimed_ids, read_and_start_tasks.vt, v_offsets;
+  if cardinality(v_deleted) = cardinality(v_read) then
+    -- Every message read was claimed for a flow that deletes its messages at the claim (message_retention
+    -- 'delete'): one delete, no new row version.
+    execute format('delete from pgmq.%I as q where q.msg_id = any ($1::bigint[])', v_qtable)
+      using v_deleted;
+  else
+    -- One change per message for the read and the claim together: a claimed message is hidden for its step's
+    -- timeout + 2 s (as start_tasks sets it) or deleted (message_retention 'delete'), any other read message is
+    -- hidden for vt seconds (as pgmq.read does); read_ct counts the read.
+    execute format(
+      $sql$
+      with deleted as (
+        delete from pgmq.%1$I as q where q.msg_id = any ($5::bigint[])
+      )
+      update pgmq.%1$I as q
+         set vt = clock_timestamp() + make_interval(secs => coalesce(c.vt_offset, $3)),
+             read_ct = q.read_ct + 1
+        from unnest($1::bigint[]) as r (msg_id)
+        left join unnest($2::bigint[], $4::integer[]) as c (msg_id, vt_offset) on c.msg_id = r.msg_id
+       where q.msg_id = r.msg_id
+         and q.msg_id <> all ($5::bigint[])
+      $sql$, v_qtable)
+      using v_read, v_claimed_ids, read_and_start_tasks.vt, v_offsets, v_deleted;
+  end if;
 
   return query
     select m.id,
@@ -99,13 +113,15 @@ claims their tasks in one call (v0.20.0): pgmq.read(queue_name, vt, qty) followe
   * the read picks as pgmq.read does: messages visible now, lowest msg_id first, at most qty, skipping messages
     another transaction holds; each message read gets read_ct + 1;
   * the claim is start_tasks' claim of the ids read (both call pgflow._claim_tasks): exactly the tasks whose
-    stored identity is (queue_name, one of those ids), that belong to flow_slug, are 'queued', and whose run and step are 'started', become 'started'
-    (attempts_count + 1, started_at now, last_worker_id = worker_id); a task is claimed at most once, and every
-    other message's task is left untouched;
-  * each message read is updated once: a claimed message becomes invisible for its step's effective timeout + 2 s
-    (at most 2147483647 s), as start_tasks sets it; a message read but not claimed (no task, a task of another
-    flow, a task already started or finished) becomes invisible for vt seconds, as pgmq.read would have hidden it,
-    and is otherwise left untouched (never archived or deleted);
+    stored identity is (queue_name, one of those ids), that belong to flow_slug, are 'queued', and whose run and
+    step are 'started', become 'started' (attempts_count + 1, started_at now, last_worker_id = worker_id); a task
+    is claimed at most once, and every other message's task is left untouched;
+  * each message read is changed once: a claimed message becomes invisible for its step's effective timeout + 2 s
+    (at most 2147483647 s), as start_tasks sets it, or, when the flow's message_retention is 'delete' (v0.20.0),
+    is deleted (the task row is then the only record of the claim; a retry, a release or stalled-task recovery
+    sends the message again); a message read but not claimed (no task, a task of another flow, a task already
+    started or finished) becomes invisible for vt seconds, as pgmq.read would have hidden it, and is otherwise
+    left untouched (never archived or deleted);
   * returns one pgflow.read_task_record per message read, ordered by msg_id: claimed true with the task's columns
     as start_tasks returns them, plus attempt (the claim's attempts_count), timeout (the effective step timeout
     in seconds) and max_attempts (the effective max attempts); claimed false and the task columns NULL for a
@@ -116,7 +132,7 @@ claims their tasks in one call (v0.20.0): pgmq.read(queue_name, vt, qty) followe
   * queue_name NULL means the flow's default queue; it is compared in lower case. qty NULL or below 1 and vt NULL
     or negative raise 22023 naming the value, before anything changes; an unknown queue raises 42P01 (the queue
     table does not exist), as pgmq.read does.
-Like pgflow.set_vt_batch, it reads and updates the PGMQ queue table itself (msg_id, read_ct, vt only; the table
+Like pgflow.set_vt_batch, it reads and changes the PGMQ queue table itself (msg_id, read_ct, vt only; the table
 name comes from pgmq.format_table_name, which validates it): PGMQ has no call that reads with per-message
 visibility timeouts.
 $doc$;

@@ -69,8 +69,8 @@ begin
      group by t.queue_name
      order by t.queue_name
   loop
-    perform pgflow.set_vt_batch(v_queue.queue_name, v_queue.msg_ids,
-                                array_fill(0, array[cardinality(v_queue.msg_ids)]));
+    perform pgflow._make_task_messages_visible(v_queue.queue_name, v_queue.msg_ids,
+                                               array_fill(0, array[cardinality(v_queue.msg_ids)]));
   end loop;
 
   return query
@@ -85,8 +85,9 @@ an attempt (v0.20.0; a worker that shuts down while handlers still run calls it 
 Element i of the four arrays names one task and the attempt the caller holds. It guarantees:
   * a task that is 'started' at exactly attempts[i] goes back to 'queued': attempts_count - 1 (the interrupted
     attempt is not counted), started_at NULL, last_worker_id kept for the audit trail; its message becomes
-    visible at once in the queue the task stored (one pgflow.set_vt_batch call per queue), so any worker may
-    claim it again;
+    visible at once in the queue the task stored (one pgflow._make_task_messages_visible call per queue: a
+    message deleted at the claim, flows.message_retention 'delete', is sent again and the task stores the new
+    message_id), so any worker may claim it again;
   * anything else changes nothing: an unknown task, a task that is not 'started', one whose current attempt is
     another (the task was recovered and claimed again: that attempt is not the caller's to give back), or the
     same task named again later in the call;

@@ -49,8 +49,8 @@ begin
   loop
     v_requeued := v_requeued + v_queue.n;
     if v_queue.msg_ids is not null then
-      perform pgflow.set_vt_batch(v_queue.queue_name, v_queue.msg_ids,
-                                  array_fill(0, array[cardinality(v_queue.msg_ids)]));
+      perform pgflow._make_task_messages_visible(v_queue.queue_name, v_queue.msg_ids,
+                                                 array_fill(0, array[cardinality(v_queue.msg_ids)]));
     end if;
   end loop;
 
@@ -102,7 +102,9 @@ safe to run concurrently with itself and with callbacks):
     pgflow used only the flow timeout);
   * a stalled task requeued fewer than 3 times goes back to 'queued' (started_at and last_worker_id cleared,
     requeued_count + 1, last_requeued_at now; attempts_count kept) and its message becomes visible at once,
-    in the queue the task stored (step_tasks.queue_name; one set_vt_batch call per queue);
+    in the queue the task stored (step_tasks.queue_name; one pgflow._make_task_messages_visible call per queue:
+    a message deleted at the claim, flows.message_retention 'delete', is sent again and the task stores the new
+    message_id);
     rows locked by someone else are skipped (FOR UPDATE SKIP LOCKED) and picked up on a later call;
   * a stalled task already requeued 3 times is given up: permanently_stalled_at is set and it fails through
     the ordinary failure path, pgflow.fail_task, as an exhausted task, so its step and run fail, or the step is

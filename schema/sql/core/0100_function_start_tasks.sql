@@ -19,6 +19,7 @@ declare
   v_claimed    tid[];
   v_ids        bigint[];
   v_offsets    integer[];
+  v_deleted    bigint[];
 begin
   if start_tasks.msg_ids is null or cardinality(start_tasks.msg_ids) = 0 then
     return;
@@ -26,15 +27,20 @@ begin
 
   v_queue_name := lower(coalesce(start_tasks.queue_name, pgflow._default_queue_name(start_tasks.flow_slug)));
 
-  select array_agg(c.row_address), array_agg(c.message_id order by c.message_id),
-         array_agg(c.vt_offset order by c.message_id)
-    into v_claimed, v_ids, v_offsets
+  select array_agg(c.row_address),
+         array_agg(c.message_id order by c.message_id) filter (where not c.delete_message),
+         array_agg(c.vt_offset order by c.message_id) filter (where not c.delete_message),
+         array_agg(c.message_id order by c.message_id) filter (where c.delete_message)
+    into v_claimed, v_ids, v_offsets, v_deleted
     from pgflow._claim_tasks(start_tasks.flow_slug, v_queue_name, start_tasks.msg_ids, start_tasks.worker_id) as c;
   if v_claimed is null then
     return;
   end if;
 
   perform pgflow.set_vt_batch(v_queue_name, v_ids, v_offsets);
+  if v_deleted is not null then
+    perform pgmq.delete(v_queue_name, v_deleted);
+  end if;
 
   return query
     select r.flow_slug, r.run_id, r.step_slug, r.input, r.message_id, r.task_index, r.flow_input
@@ -62,7 +68,8 @@ pgflow.start_tasks(flow_slug, msg_ids, worker_id, queue_name) guarantees (phase 
   * every claimed message's visibility is set to the effective step timeout (steps.opt_timeout, else
     flows.opt_timeout) + 2 seconds from now, at most 2147483647 s (a timeout near the integer limit cannot make
     the claim fail with "integer out of range", as in v0.17.0), in the queue the task stored, which is queue_name
-    (one set_vt_batch call);
+    (one set_vt_batch call); when the flow's message_retention is 'delete' (v0.20.0), the claimed messages are
+    deleted instead (one pgmq.delete call);
   * returns one step_task_record per claimed task, ordered by msg_id: input = the element task_index of the run
     input (root map), of the dependency's stored output (dependent map), or {<dep_slug>: <output>} over the
     completed dependencies ({} for root steps); flow_input = the run input for single steps without

@@ -2,7 +2,8 @@
 set local check_function_bodies = off;
 
 -- Attempt fencing changes three signatures (a trailing attempt argument with a default, so pgflow's four-argument
--- calls keep working), and per-step queues three more (a trailing queue_mode argument with a default). The old functions are dropped first so calls are not ambiguous; roles that could execute
+-- calls keep working), and per-step queues three more (trailing queue_mode and message_retention arguments with
+-- defaults). The old functions are dropped first so calls are not ambiguous; roles that could execute
 -- them keep that right on the new ones (granted again at the end of this file).
 create temporary table pgflow_v020_grants on commit drop as
   select a.grantee::regrole::text as grantee, p.proname::text as proname
@@ -33,6 +34,15 @@ alter table pgflow.flows
 
 comment on column pgflow.flows.queue_mode is
   'Where the flow''s tasks are sent: ''flow'' = one queue for the whole flow (its default queue), ''step'' = one private queue per step.';
+
+-- Message retention (issue 16): a flow may delete a task's message when a worker claims the task instead of
+-- archiving it when the task finishes. Existing flows keep archiving.
+alter table pgflow.flows
+  add column message_retention text not null default 'archive',
+  add constraint message_retention_is_valid check (message_retention in ('archive', 'delete'));
+
+comment on column pgflow.flows.message_retention is
+  'What happens to a task''s PGMQ message: ''archive'' = it stays in the queue while the task runs and is archived when the task finishes (pgmq.archive); ''delete'' = it is deleted when a worker claims the task (two rows fewer per task, no copy in the archive). Safe to change at any time.';
 
 -- Run control (issue 14): runs can be cancelled and retried; a run that fails or is cancelled skips its unfinished
 -- steps (skip_reason 'run_failed' / 'run_cancelled') and cancels its unfinished tasks (new task status
@@ -90,7 +100,8 @@ create index idx_workers_listening on pgflow.workers (queue_name, last_heartbeat
 
 -- heartbeat_worker gains an optional second argument (listening, default false): the new form is created next to
 -- pgflow's one-argument form, receives the EXECUTE grants of the old one (PUBLIC's included, or not), and the old
--- one is dropped (a call with one argument would otherwise be ambiguous). register_worker clears listens_at (a new life does not listen yet).
+-- one is dropped (a call with one argument would otherwise be ambiguous). register_worker clears listens_at (a new
+-- life does not listen yet).
 -- generated from sql/core: 0100_function_heartbeat_worker.sql
 create or replace function pgflow.heartbeat_worker(worker_id uuid, listening boolean default false)
 returns boolean
@@ -893,7 +904,8 @@ $doc$;
 -- end generated
 
 -- generated from sql/core: 0100_function__create_flow_from_shape.sql
-create or replace function pgflow._create_flow_from_shape(p_flow_slug text, p_shape jsonb, p_queue_mode text default null)
+create or replace function pgflow._create_flow_from_shape(p_flow_slug text, p_shape jsonb, p_queue_mode text default null,
+                                                          p_message_retention text default null)
 returns void
 language plpgsql
 volatile
@@ -915,7 +927,8 @@ begin
     max_attempts => (v_options ->> 'maxAttempts')::int,
     base_delay   => (v_options ->> 'baseDelay')::int,
     timeout      => (v_options ->> 'timeout')::int,
-    queue_mode   => p_queue_mode
+    queue_mode   => p_queue_mode,
+    message_retention => p_message_retention
   );
 
   for v_step in select e.value from jsonb_array_elements(v_steps) with ordinality as e(value, pos) order by e.pos loop
@@ -941,11 +954,11 @@ begin
 end;
 $$;
 
-comment on function pgflow._create_flow_from_shape(p_flow_slug text, p_shape jsonb, p_queue_mode text) is $doc$
-pgflow._create_flow_from_shape(p_flow_slug, p_shape, p_queue_mode) guarantees: defines the flow described by a
-shape, using create_flow and add_step (so it has their idempotence and errors): flow options from shape.options
-(maxAttempts, baseDelay, timeout; absent = create_flow defaults) and the queue mode p_queue_mode (NULL = 'flow';
-v0.20.0), then every element of shape.steps in array
+comment on function pgflow._create_flow_from_shape(p_flow_slug text, p_shape jsonb, p_queue_mode text, p_message_retention text) is $doc$
+pgflow._create_flow_from_shape(p_flow_slug, p_shape, p_queue_mode, p_message_retention) guarantees: defines the
+flow described by a shape, using create_flow and add_step (so it has their idempotence and errors): flow options
+from shape.options (maxAttempts, baseDelay, timeout; absent = create_flow defaults), the queue mode p_queue_mode
+(NULL = 'flow'; v0.20.0) and the message retention p_message_retention (NULL = 'archive'; v0.20.0), then every element of shape.steps in array
 order with its dependencies (absent = none), stepType (absent = 'single'), whenUnmet (absent = 'skip'),
 whenExhausted (absent = 'fail'), patterns (only when {"defined": true}) and step options (maxAttempts,
 baseDelay, timeout, startDelay; absent = inherit).
@@ -1015,26 +1028,28 @@ begin
   end if;
 
   -- The envelope is written as text, byte for byte what jsonb_strip_nulls(jsonb_build_object(...))::text gives
-  -- (keys in jsonb's order: by length, then bytes; NULL members left out), at about half the cost. One call of
-  -- pgflow._notify sends them all, in the order of the arrays.
+  -- (keys in jsonb's order: by length, then bytes; NULL members left out: concat_ws skips them), at about a third
+  -- of the cost. No value needs JSON escaping: slugs are [a-zA-Z0-9_] (flows.slug_is_valid,
+  -- steps_step_slug_check), run ids are UUIDs, event types and statuses come from this schema's fixed vocabulary.
+  -- One call of pgflow._notify sends them all, in the order of the arrays.
   select array_agg(c.channel order by e.pos, c.k), array_agg(e.envelope order by e.pos, c.k)
     into v_channels, v_envelopes
      from (
        select x.pos,
               x.run_id,
-              '{' || array_to_string(array[
-                '"event": ' || to_json(x.event)::text,
-                '"run_id": ' || to_json(x.run_id)::text,
-                '"status": ' || to_json(x.status)::text,
-                '"flow_slug": ' || to_json(coalesce(
+              '{' || concat_ws(', ',
+                '"event": "' || x.event || '"',
+                '"run_id": "' || x.run_id || '"',
+                '"status": "' || x.status || '"',
+                '"flow_slug": "' || coalesce(
                   x.flow_slug,
-                  (select r.flow_slug from pgflow.runs as r where r.run_id = x.run_id)))::text,
-                '"step_slug": ' || to_json(x.step_slug)::text,
-                '"event_type": ' || to_json(x.event_type)::text], ', ') || '}' as envelope
+                  (select r.flow_slug from pgflow.runs as r where r.run_id = x.run_id::uuid)) || '"',
+                '"step_slug": "' || x.step_slug || '"',
+                '"event_type": "' || x.event_type || '"') || '}' as envelope
          from (
            select u.pos,
                   u.p ->> 'event_type' as event_type,
-                  (u.p ->> 'run_id')::uuid as run_id,
+                  u.p ->> 'run_id' as run_id,
                   u.p ->> 'step_slug' as step_slug,
                   u.p ->> 'status' as status,
                   u.p ->> 'flow_slug' as flow_slug,
@@ -1045,7 +1060,7 @@ begin
              from unnest(_emit_events.payloads) with ordinality as u (p, pos)
          ) as x
      ) as e
-     cross join lateral (values (1, 'pgflow'), (2, 'pgflow:run:' || e.run_id::text)) as c (k, channel);
+     cross join lateral (values (1, 'pgflow'), (2, 'pgflow:run:' || e.run_id)) as c (k, channel);
   perform pgflow._notify(v_channels, v_envelopes);
 
   if pgflow._trusted_realtime_send() is not null then
@@ -1712,11 +1727,12 @@ $doc$;
 
 -- generated from sql/core: 0100_function_create_flow.sql
 create or replace function pgflow.create_flow(
-  flow_slug    text,
-  max_attempts integer default null,
-  base_delay   integer default null,
-  timeout      integer default null,
-  queue_mode   text    default null
+  flow_slug         text,
+  max_attempts      integer default null,
+  base_delay        integer default null,
+  timeout           integer default null,
+  queue_mode        text    default null,
+  message_retention text    default null
 )
 returns pgflow.flows
 language plpgsql
@@ -1728,11 +1744,18 @@ declare
   v_queue  text := pgflow._default_queue_name(create_flow.flow_slug);
   v_listed text;
   v_mode   text := coalesce(create_flow.queue_mode, 'flow');
+  v_retention text := coalesce(create_flow.message_retention, 'archive');
 begin
   if v_mode not in ('flow', 'step') then
     raise exception using
       errcode = '22023',
       message = format('Flow "%s": queue_mode must be ''flow'' or ''step'', got ''%s''', create_flow.flow_slug, v_mode);
+  end if;
+  if v_retention not in ('archive', 'delete') then
+    raise exception using
+      errcode = '22023',
+      message = format('Flow "%s": message_retention must be ''archive'' or ''delete'', got ''%s''',
+        create_flow.flow_slug, v_retention);
   end if;
   -- An invalid slug goes straight to the insert below, which rejects it on the slug_is_valid constraint.
   if pgflow.is_valid_slug(create_flow.flow_slug) then
@@ -1773,13 +1796,15 @@ begin
     end if;
   end if;
 
-  insert into pgflow.flows as f (flow_slug, opt_max_attempts, opt_base_delay, opt_timeout, queue_mode)
+  insert into pgflow.flows as f (flow_slug, opt_max_attempts, opt_base_delay, opt_timeout, queue_mode,
+                                 message_retention)
   values (
     create_flow.flow_slug,
     coalesce(create_flow.max_attempts, 3),
     coalesce(create_flow.base_delay, 5),
     coalesce(create_flow.timeout, 60),
-    v_mode
+    v_mode,
+    v_retention
   )
   returning f.* into v_flow;
 
@@ -1791,11 +1816,15 @@ begin
 end;
 $$;
 
-comment on function pgflow.create_flow(flow_slug text, max_attempts integer, base_delay integer, timeout integer, queue_mode text) is $doc$
-pgflow.create_flow(flow_slug, max_attempts, base_delay, timeout, queue_mode) guarantees:
+comment on function pgflow.create_flow(flow_slug text, max_attempts integer, base_delay integer, timeout integer, queue_mode text, message_retention text) is $doc$
+pgflow.create_flow(flow_slug, max_attempts, base_delay, timeout, queue_mode, message_retention) guarantees:
   * idempotent: the first call inserts the flow (NULL options become max_attempts 3, base_delay 5, timeout 60,
-    queue_mode 'flow'); later calls return the existing row unchanged (options and queue_mode are NOT updated;
-    ensure_flow_compiled reports a different queue mode as a difference);
+    queue_mode 'flow', message_retention 'archive'); later calls return the existing row unchanged (options,
+    queue_mode and message_retention are NOT updated; ensure_flow_compiled reports a different queue mode as a
+    difference and sets a different message retention in place);
+  * message_retention (v0.20.0) 'archive' or 'delete' (flows.message_retention: whether a task's message is
+    archived when the task finishes or deleted when a worker claims it); anything else is refused (22023) before
+    anything is written;
   * queue_mode 'flow' (the default): the flow's default PGMQ queue, pgflow._default_queue_name(flow_slug) (the
     lower-case slug), exists afterwards, also for a flow without steps; an existing flow reuses the queue PGMQ
     lists under any spelling of that name (a mixed-case queue created by v0.16.0 stays as it is) and gets it
@@ -2617,10 +2646,11 @@ $doc$;
 
 -- generated from sql/core: 0100_function_ensure_flow_compiled.sql
 create or replace function pgflow.ensure_flow_compiled(
-  flow_slug       text,
-  shape           jsonb,
-  allow_data_loss boolean default false,
-  queue_mode      text    default null
+  flow_slug         text,
+  shape             jsonb,
+  allow_data_loss   boolean default false,
+  queue_mode        text    default null,
+  message_retention text    default null
 )
 returns jsonb
 language plpgsql
@@ -2638,13 +2668,29 @@ begin
       message = format('Flow "%s": queue_mode must be ''flow'' or ''step'', got ''%s''',
         ensure_flow_compiled.flow_slug, v_mode);
   end if;
+  if ensure_flow_compiled.message_retention not in ('archive', 'delete') then
+    raise exception using
+      errcode = '22023',
+      message = format('Flow "%s": message_retention must be ''archive'' or ''delete'', got ''%s''',
+        ensure_flow_compiled.flow_slug, ensure_flow_compiled.message_retention);
+  end if;
   perform pgflow._validate_flow_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
   perform pg_advisory_xact_lock(1, hashtext(lower(ensure_flow_compiled.flow_slug)));
 
   select f.queue_mode into v_stored_mode from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug;
   if not found then
-    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape, v_mode);
+    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape, v_mode,
+                                          ensure_flow_compiled.message_retention);
     return jsonb_build_object('status', 'compiled', 'differences', '[]'::jsonb);
+  end if;
+
+  -- The message retention only decides what a claim does with a message (every other path handles both), so it
+  -- is set in place, whatever the shapes say.
+  if ensure_flow_compiled.message_retention is not null then
+    update pgflow.flows as f
+       set message_retention = ensure_flow_compiled.message_retention
+     where f.flow_slug = ensure_flow_compiled.flow_slug
+       and f.message_retention <> ensure_flow_compiled.message_retention;
   end if;
 
   -- The queue mode is deployment metadata, compared apart from the DAG shape but with the same consequences.
@@ -2660,7 +2706,8 @@ begin
 
   if pgflow.is_local() or coalesce(ensure_flow_compiled.allow_data_loss, false) then
     perform pgflow.delete_flow_and_data(ensure_flow_compiled.flow_slug);
-    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape, v_mode);
+    perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape, v_mode,
+                                          ensure_flow_compiled.message_retention);
     return jsonb_build_object('status', 'recompiled', 'differences', to_jsonb(v_differences));
   end if;
 
@@ -2668,10 +2715,14 @@ begin
 end;
 $$;
 
-comment on function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb, allow_data_loss boolean, queue_mode text) is $doc$
-pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss, queue_mode) guarantees: after it returns, the stored
-flow has the caller's shape and queue mode (NULL = 'flow'; anything but 'flow' or 'step' is refused with 22023
-before anything is read), or nothing was changed and the result says why. Result:
+comment on function pgflow.ensure_flow_compiled(flow_slug text, shape jsonb, allow_data_loss boolean, queue_mode text, message_retention text) is $doc$
+pgflow.ensure_flow_compiled(flow_slug, shape, allow_data_loss, queue_mode, message_retention) guarantees: after it
+returns, the stored flow has the caller's shape and queue mode (NULL = 'flow'; anything but 'flow' or 'step' is
+refused with 22023 before anything is read), or nothing was changed and the result says why. message_retention
+(v0.20.0; 'archive' or 'delete', anything else refused with 22023 before anything is read) is stored as given in
+every outcome, also 'verified' and 'mismatch': it decides only what a claim does with a task's message, which is
+safe to change at any time, so it is never a difference; NULL keeps the stored value ('archive' for a new
+flow). Result:
 {"status": s, "differences": [...]}
   * 'compiled'   - the flow did not exist and was created from the shape (in any environment);
   * 'verified'   - the stored shape equals the caller's; nothing changed;
@@ -2792,9 +2843,11 @@ begin
      and not coalesce(fail_task.permanent, false) then
     v_delay := coalesce(fail_task.retry_delay,
                         pgflow.calculate_retry_delay(v_base_delay, v_task.attempts_count - v_task.attempts_before_retry));
+    -- The message, still in the queue or deleted at the claim (message_retention 'delete'), becomes readable
+    -- after the delay; a message sent again gives the task a new message_id, which the update below returns.
     if v_task.message_id is not null then
       select m.vt into v_retry_at
-        from pgmq.set_vt(v_task.queue_name, v_task.message_id, v_delay) as m;
+        from pgflow._make_task_messages_visible(v_task.queue_name, array[v_task.message_id], array[v_delay]) as m;
     end if;
     v_retry_at := coalesce(v_retry_at, clock_timestamp() + make_interval(secs => v_delay));
 
@@ -2974,7 +3027,9 @@ pgflow.fail_task(run_id, step_slug, task_index, error_message, attempt, permanen
     kept) and its message becomes visible after retry_delay seconds from now when given (v0.20.0: the handler's
     choice, e.g. an HTTP Retry-After; at most 2147483647, the integer range; it still spends the attempt), else
     after pgflow.calculate_retry_delay(coalesce(step, flow) opt_base_delay, attempts_count -
-    attempts_before_retry); retry_at records that time (the message's new vt). The queue's workers are told:
+    attempts_before_retry); retry_at records that time (the message's new vt). A message deleted at the claim
+    (flows.message_retention 'delete') is sent again and the task stores its new message_id
+    (pgflow._make_task_messages_visible). The queue's workers are told:
     pgflow._wake_queue(queue, 0) for a delay of 0 (one alive worker of the queue, else a broadcast), else
     pgflow._notify_queue_visible_at (payload {"visible_at": ...}); no event;
   * exhausted: the task becomes 'failed' and its message is archived, then per the step's when_exhausted:
@@ -2985,7 +3040,7 @@ pgflow.fail_task(run_id, step_slug, task_index, error_message, attempt, permanen
     dependents released (map dependents get 0 tasks), conditions, taskless cascade, ready steps start, the run
     may complete; 'skip-cascade' -> like 'skip' but every dependent is skipped (dependency_skipped).
 Every message operation uses the queue the task stored (step_tasks.queue_name): single-message pgmq.archive and
-pgmq.set_vt calls for this task, one batch pgmq.archive call per queue when several tasks' messages are archived.
+pgflow._make_task_messages_visible calls for this task, one batch pgmq.archive call per queue when several tasks' messages are archived.
 $doc$;
 -- end generated
 
@@ -3370,6 +3425,223 @@ pgflow.start_ready_steps(run_id) guarantees:
 $doc$;
 -- end generated
 
+-- generated from sql/core: 0095_function__make_task_messages_visible.sql
+create or replace function pgflow._make_task_messages_visible(p_queue_name text, p_msg_ids bigint[], p_delays integer[])
+returns table (old_msg_id bigint, msg_id bigint, vt timestamptz)
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_found bigint[] := '{}';
+  v_row   record;
+  v_group record;
+begin
+  if coalesce(cardinality(p_msg_ids), 0) = 0 then
+    return;
+  end if;
+
+  -- Messages still in the queue (archive retention, or never claimed) keep their id: only their visibility moves.
+  for v_row in select s.msg_id, s.vt from pgflow.set_vt_batch(p_queue_name, p_msg_ids, p_delays) as s loop
+    v_found := v_found || v_row.msg_id;
+    old_msg_id := v_row.msg_id;
+    msg_id := v_row.msg_id;
+    vt := v_row.vt;
+    return next;
+  end loop;
+  if cardinality(v_found) = cardinality(p_msg_ids) then
+    return;
+  end if;
+
+  -- A message that is gone was deleted when its task was claimed (message_retention 'delete'): the task gets a new
+  -- message with the same body, one send_batch per delay, and stores the new id. Only tasks whose run and step
+  -- still run get one, so a task of a finished or cancelled run is never sent to a worker again.
+  for v_group in
+    select x.delay, clock_timestamp() + make_interval(secs => x.delay) as visible_at,
+           array_agg(t.message_id order by t.message_id) as old_ids,
+           array_agg(jsonb_build_object('flow_slug', t.flow_slug, 'run_id', t.run_id,
+                                        'step_slug', t.step_slug, 'task_index', t.task_index)
+                     order by t.message_id) as bodies
+      from (select distinct on (m.id) m.id, coalesce(m.delay, 0) as delay
+              from unnest(p_msg_ids, p_delays) as m (id, delay)
+             where m.id <> all (v_found)
+             order by m.id) as x
+      cross join lateral (
+        select t.flow_slug, t.run_id, t.step_slug, t.task_index, t.message_id
+          from pgflow.step_tasks as t
+         where t.queue_name = p_queue_name
+           and t.message_id = x.id
+         limit 1) as t
+     where (select r.status from pgflow.runs as r where r.run_id = t.run_id) = 'started'
+       and (select ss.status from pgflow.step_states as ss
+             where ss.run_id = t.run_id and ss.step_slug = t.step_slug) = 'started'
+     group by x.delay
+     order by x.delay
+  loop
+    for v_row in
+      with sent as (
+        select s.msg_id, row_number() over (order by s.msg_id) as n
+          from pgmq.send_batch(p_queue_name, v_group.bodies, v_group.visible_at) as s (msg_id)
+      ),
+      pairs as (
+        select o.old_id, sent.msg_id
+          from unnest(v_group.old_ids) with ordinality as o (old_id, n)
+          join sent on sent.n = o.n
+      ),
+      moved as (
+        update pgflow.step_tasks as t
+           set message_id = p.msg_id
+          from pairs as p
+         where t.queue_name = p_queue_name
+           and t.message_id = p.old_id
+        returning p.old_id, p.msg_id
+      )
+      select m.old_id, m.msg_id from moved as m order by m.old_id
+    loop
+      old_msg_id := v_row.old_id;
+      msg_id := v_row.msg_id;
+      vt := v_group.visible_at;
+      return next;
+    end loop;
+  end loop;
+end;
+$$;
+
+comment on function pgflow._make_task_messages_visible(p_queue_name text, p_msg_ids bigint[], p_delays integer[]) is $doc$
+pgflow._make_task_messages_visible(p_queue_name, p_msg_ids, p_delays) guarantees (v0.20.0): the tasks whose
+stored identity is (p_queue_name, p_msg_ids[i]) can be read again after p_delays[i] seconds (NULL or 0 = now), in
+every message retention:
+  * a message still in the queue gets its visibility set (pgflow.set_vt_batch) and keeps its id;
+  * a message no longer in the queue - deleted when its task was claimed, flows.message_retention 'delete' - is
+    sent again with the same body ({"flow_slug", "run_id", "step_slug", "task_index"}; one pgmq.send_batch per
+    delay, visible at the time it returns), and the task's step_tasks.message_id becomes the new id; this happens only for a task whose run and
+    step are 'started' (a task of a finished, failed or cancelled run is never sent again), and ids that name no
+    task are ignored;
+  * returns one row per message made visible: the id the caller gave, the id the task has now (the same unless
+    sent again) and when it becomes visible.
+The callers lock the task rows first (release_tasks, requeue_stalled_tasks, fail_task), so two calls never send
+one task twice. Messages are only sent and changed through PGMQ's public functions and pgflow.set_vt_batch.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function_requeue_stalled_tasks.sql
+create or replace function pgflow.requeue_stalled_tasks()
+returns integer
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_requeued integer := 0;
+  v_queue    record;
+  v_task     record;
+begin
+  for v_queue in
+    with stalled as (
+      select t.run_id, t.step_slug, t.task_index
+        from pgflow.step_tasks as t
+        join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+        join pgflow.flows as f on f.flow_slug = t.flow_slug
+        join pgflow.runs as r on r.run_id = t.run_id
+        join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
+       where t.status = 'started'
+         and t.permanently_stalled_at is null
+         and t.requeued_count < 3
+         and r.status = 'started'
+         and ss.status = 'started'
+         and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout)::bigint + 30)
+         for update of t skip locked
+    ),
+    requeued as (
+      update pgflow.step_tasks as t
+         set status = 'queued',
+             started_at = null,
+             last_worker_id = null,
+             requeued_count = t.requeued_count + 1,
+             last_requeued_at = now()
+        from stalled as st
+       where t.run_id = st.run_id
+         and t.step_slug = st.step_slug
+         and t.task_index = st.task_index
+         and t.status = 'started'
+      returning t.queue_name, t.message_id
+    )
+    select rq.queue_name,
+           count(*)::integer as n,
+           array_agg(rq.message_id order by rq.message_id) filter (where rq.message_id is not null) as msg_ids
+      from requeued as rq
+     group by rq.queue_name
+     order by rq.queue_name
+  loop
+    v_requeued := v_requeued + v_queue.n;
+    if v_queue.msg_ids is not null then
+      perform pgflow._make_task_messages_visible(v_queue.queue_name, v_queue.msg_ids,
+                                                 array_fill(0, array[cardinality(v_queue.msg_ids)]));
+    end if;
+  end loop;
+
+  for v_task in
+    select t.run_id, t.step_slug, t.task_index, t.requeued_count,
+           coalesce(s.opt_timeout, f.opt_timeout) as timeout_seconds
+      from pgflow.step_tasks as t
+      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+      join pgflow.flows as f on f.flow_slug = t.flow_slug
+      join pgflow.runs as r on r.run_id = t.run_id
+      join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
+     where t.status = 'started'
+       and t.permanently_stalled_at is null
+       and t.requeued_count >= 3
+       and r.status = 'started'
+       and ss.status = 'started'
+       and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout)::bigint + 30)
+     order by t.run_id, s.step_index, t.task_index
+  loop
+    -- Lock the run first, like complete_task and fail_task, then re-check: a callback may have won meanwhile.
+    perform 1 from pgflow.runs as r where r.run_id = v_task.run_id for update;
+
+    update pgflow.step_tasks as t
+       set permanently_stalled_at = now()
+     where t.run_id = v_task.run_id
+       and t.step_slug = v_task.step_slug
+       and t.task_index = v_task.task_index
+       and t.status = 'started'
+       and t.permanently_stalled_at is null
+       and t.started_at < now() - make_interval(secs => v_task.timeout_seconds::bigint + 30);
+
+    if found then
+      perform pgflow.fail_task(
+        v_task.run_id, v_task.step_slug, v_task.task_index,
+        format('Task stalled: not finished within its timeout (%s s) + 30 s after %s requeues; given up by requeue_stalled_tasks',
+               v_task.timeout_seconds, v_task.requeued_count));
+    end if;
+  end loop;
+
+  return v_requeued;
+end;
+$$;
+
+comment on function pgflow.requeue_stalled_tasks() is $doc$
+pgflow.requeue_stalled_tasks() guarantees (run periodically by one worker per database, under an advisory lock;
+safe to run concurrently with itself and with callbacks):
+  * a task is stalled when it is 'started', not given up, its run and step are still 'started', and it started
+    more than the effective step timeout (steps.opt_timeout, else flows.opt_timeout) + 30 seconds ago (upstream
+    pgflow used only the flow timeout);
+  * a stalled task requeued fewer than 3 times goes back to 'queued' (started_at and last_worker_id cleared,
+    requeued_count + 1, last_requeued_at now; attempts_count kept) and its message becomes visible at once,
+    in the queue the task stored (step_tasks.queue_name; one pgflow._make_task_messages_visible call per queue:
+    a message deleted at the claim, flows.message_retention 'delete', is sent again and the task stores the new
+    message_id);
+    rows locked by someone else are skipped (FOR UPDATE SKIP LOCKED) and picked up on a later call;
+  * a stalled task already requeued 3 times is given up: permanently_stalled_at is set and it fails through
+    the ordinary failure path, pgflow.fail_task, as an exhausted task, so its step and run fail, or the step is
+    skipped per when_exhausted (upstream pgflow left such runs 'started' forever);
+  * returns the number of tasks requeued (not counting the ones given up);
+  * any timeout the tables accept works, up to 2147483647 s: the threshold is computed in bigint, so one flow
+    with an absurd timeout cannot make every call fail with "integer out of range" (v0.17.0 did).
+$doc$;
+-- end generated
+
 -- generated from sql/core: 0100_function_release_tasks.sql
 create or replace function pgflow.release_tasks(
   run_ids      uuid[],
@@ -3442,8 +3714,8 @@ begin
      group by t.queue_name
      order by t.queue_name
   loop
-    perform pgflow.set_vt_batch(v_queue.queue_name, v_queue.msg_ids,
-                                array_fill(0, array[cardinality(v_queue.msg_ids)]));
+    perform pgflow._make_task_messages_visible(v_queue.queue_name, v_queue.msg_ids,
+                                               array_fill(0, array[cardinality(v_queue.msg_ids)]));
   end loop;
 
   return query
@@ -3458,8 +3730,9 @@ an attempt (v0.20.0; a worker that shuts down while handlers still run calls it 
 Element i of the four arrays names one task and the attempt the caller holds. It guarantees:
   * a task that is 'started' at exactly attempts[i] goes back to 'queued': attempts_count - 1 (the interrupted
     attempt is not counted), started_at NULL, last_worker_id kept for the audit trail; its message becomes
-    visible at once in the queue the task stored (one pgflow.set_vt_batch call per queue), so any worker may
-    claim it again;
+    visible at once in the queue the task stored (one pgflow._make_task_messages_visible call per queue: a
+    message deleted at the claim, flows.message_retention 'delete', is sent again and the task stores the new
+    message_id), so any worker may claim it again;
   * anything else changes nothing: an unknown task, a task that is not 'started', one whose current attempt is
     another (the task was recovered and claimed again: that attempt is not the caller's to give back), or the
     same task named again later in the call;
@@ -3488,7 +3761,7 @@ create type pgflow.read_task_record as (
 
 -- generated from sql/core: 0095_function__claim_tasks.sql
 create or replace function pgflow._claim_tasks(p_flow_slug text, p_queue_name text, p_msg_ids bigint[], p_worker_id uuid)
-returns table (row_address tid, message_id bigint, vt_offset integer)
+returns table (row_address tid, message_id bigint, vt_offset integer, delete_message boolean)
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
@@ -3541,7 +3814,8 @@ begin
     )
     select c.row_address,
            c.message_id,
-           least(coalesce(s.opt_timeout, f.opt_timeout), 2147483645) + 2
+           least(coalesce(s.opt_timeout, f.opt_timeout), 2147483645) + 2,
+           f.message_retention = 'delete'
       from claimed as c
       join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
       join pgflow.flows as f on f.flow_slug = c.flow_slug;
@@ -3556,8 +3830,9 @@ case -, that belong to p_flow_slug, are 'queued', and whose run and step are 'st
 (attempts_count + 1, started_at now, last_worker_id = p_worker_id). Every other task is left untouched. A task is
 claimed at most once: rows are locked with FOR UPDATE SKIP LOCKED and re-checked, so of two concurrent calls each
 task goes to one caller only. No PGMQ row is read or changed here. Returns one row per claimed task: its physical
-address (valid until the caller's transaction ends), its message id and the visibility its message needs, the
-effective step timeout + 2 seconds (at most 2147483647). Its cost grows with the number of ids only: each id is
+address (valid until the caller's transaction ends), its message id, the visibility its message needs, the
+effective step timeout + 2 seconds (at most 2147483647), and whether the message is to be deleted instead
+(v0.20.0: the flow's message_retention is 'delete'). Its cost grows with the number of ids only: each id is
 looked up by the unique key, each row locked and updated by its address.
 $doc$;
 -- end generated
@@ -3639,6 +3914,7 @@ declare
   v_claimed    tid[];
   v_ids        bigint[];
   v_offsets    integer[];
+  v_deleted    bigint[];
 begin
   if start_tasks.msg_ids is null or cardinality(start_tasks.msg_ids) = 0 then
     return;
@@ -3646,15 +3922,20 @@ begin
 
   v_queue_name := lower(coalesce(start_tasks.queue_name, pgflow._default_queue_name(start_tasks.flow_slug)));
 
-  select array_agg(c.row_address), array_agg(c.message_id order by c.message_id),
-         array_agg(c.vt_offset order by c.message_id)
-    into v_claimed, v_ids, v_offsets
+  select array_agg(c.row_address),
+         array_agg(c.message_id order by c.message_id) filter (where not c.delete_message),
+         array_agg(c.vt_offset order by c.message_id) filter (where not c.delete_message),
+         array_agg(c.message_id order by c.message_id) filter (where c.delete_message)
+    into v_claimed, v_ids, v_offsets, v_deleted
     from pgflow._claim_tasks(start_tasks.flow_slug, v_queue_name, start_tasks.msg_ids, start_tasks.worker_id) as c;
   if v_claimed is null then
     return;
   end if;
 
   perform pgflow.set_vt_batch(v_queue_name, v_ids, v_offsets);
+  if v_deleted is not null then
+    perform pgmq.delete(v_queue_name, v_deleted);
+  end if;
 
   return query
     select r.flow_slug, r.run_id, r.step_slug, r.input, r.message_id, r.task_index, r.flow_input
@@ -3682,7 +3963,8 @@ pgflow.start_tasks(flow_slug, msg_ids, worker_id, queue_name) guarantees (phase 
   * every claimed message's visibility is set to the effective step timeout (steps.opt_timeout, else
     flows.opt_timeout) + 2 seconds from now, at most 2147483647 s (a timeout near the integer limit cannot make
     the claim fail with "integer out of range", as in v0.17.0), in the queue the task stored, which is queue_name
-    (one set_vt_batch call);
+    (one set_vt_batch call); when the flow's message_retention is 'delete' (v0.20.0), the claimed messages are
+    deleted instead (one pgmq.delete call);
   * returns one step_task_record per claimed task, ordered by msg_id: input = the element task_index of the run
     input (root map), of the dependency's stored output (dependent map), or {<dep_slug>: <output>} over the
     completed dependencies ({} for root steps); flow_input = the run input for single steps without
@@ -3721,6 +4003,7 @@ declare
   v_claimed     tid[];
   v_claimed_ids bigint[];
   v_offsets     integer[];
+  v_deleted     bigint[];
 begin
   if read_and_start_tasks.qty is null or read_and_start_tasks.qty < 1 then
     raise exception 'read_and_start_tasks: qty must be at least 1, got %', coalesce(read_and_start_tasks.qty::text, 'NULL')
@@ -3752,24 +4035,37 @@ begin
   end if;
 
   -- The claim, as start_tasks makes it.
-  select coalesce(array_agg(c.row_address), '{}'), coalesce(array_agg(c.message_id), '{}'),
-         coalesce(array_agg(c.vt_offset), '{}')
-    into v_claimed, v_claimed_ids, v_offsets
+  select coalesce(array_agg(c.row_address), '{}'),
+         coalesce(array_agg(c.message_id) filter (where not c.delete_message), '{}'),
+         coalesce(array_agg(c.vt_offset) filter (where not c.delete_message), '{}'),
+         coalesce(array_agg(c.message_id) filter (where c.delete_message), '{}')
+    into v_claimed, v_claimed_ids, v_offsets, v_deleted
     from pgflow._claim_tasks(read_and_start_tasks.flow_slug, v_queue_name, v_read, read_and_start_tasks.worker_id) as c;
 
-  -- One update per message for the read and the claim together: a claimed message is hidden for its step's
-  -- timeout + 2 s (as start_tasks sets it), any other read message for vt seconds (as pgmq.read does); read_ct
-  -- counts the read.
-  execute format(
-    $sql$
-    update pgmq.%I as q
-       set vt = clock_timestamp() + make_interval(secs => coalesce(c.vt_offset, $3)),
-           read_ct = q.read_ct + 1
-      from unnest($1::bigint[]) as r (msg_id)
-      left join unnest($2::bigint[], $4::integer[]) as c (msg_id, vt_offset) on c.msg_id = r.msg_id
-     where q.msg_id = r.msg_id
-    $sql$, v_qtable)
-    using v_read, v_claimed_ids, read_and_start_tasks.vt, v_offsets;
+  if cardinality(v_deleted) = cardinality(v_read) then
+    -- Every message read was claimed for a flow that deletes its messages at the claim (message_retention
+    -- 'delete'): one delete, no new row version.
+    execute format('delete from pgmq.%I as q where q.msg_id = any ($1::bigint[])', v_qtable)
+      using v_deleted;
+  else
+    -- One change per message for the read and the claim together: a claimed message is hidden for its step's
+    -- timeout + 2 s (as start_tasks sets it) or deleted (message_retention 'delete'), any other read message is
+    -- hidden for vt seconds (as pgmq.read does); read_ct counts the read.
+    execute format(
+      $sql$
+      with deleted as (
+        delete from pgmq.%1$I as q where q.msg_id = any ($5::bigint[])
+      )
+      update pgmq.%1$I as q
+         set vt = clock_timestamp() + make_interval(secs => coalesce(c.vt_offset, $3)),
+             read_ct = q.read_ct + 1
+        from unnest($1::bigint[]) as r (msg_id)
+        left join unnest($2::bigint[], $4::integer[]) as c (msg_id, vt_offset) on c.msg_id = r.msg_id
+       where q.msg_id = r.msg_id
+         and q.msg_id <> all ($5::bigint[])
+      $sql$, v_qtable)
+      using v_read, v_claimed_ids, read_and_start_tasks.vt, v_offsets, v_deleted;
+  end if;
 
   return query
     select m.id,
@@ -3796,13 +4092,15 @@ claims their tasks in one call (v0.20.0): pgmq.read(queue_name, vt, qty) followe
   * the read picks as pgmq.read does: messages visible now, lowest msg_id first, at most qty, skipping messages
     another transaction holds; each message read gets read_ct + 1;
   * the claim is start_tasks' claim of the ids read (both call pgflow._claim_tasks): exactly the tasks whose
-    stored identity is (queue_name, one of those ids), that belong to flow_slug, are 'queued', and whose run and step are 'started', become 'started'
-    (attempts_count + 1, started_at now, last_worker_id = worker_id); a task is claimed at most once, and every
-    other message's task is left untouched;
-  * each message read is updated once: a claimed message becomes invisible for its step's effective timeout + 2 s
-    (at most 2147483647 s), as start_tasks sets it; a message read but not claimed (no task, a task of another
-    flow, a task already started or finished) becomes invisible for vt seconds, as pgmq.read would have hidden it,
-    and is otherwise left untouched (never archived or deleted);
+    stored identity is (queue_name, one of those ids), that belong to flow_slug, are 'queued', and whose run and
+    step are 'started', become 'started' (attempts_count + 1, started_at now, last_worker_id = worker_id); a task
+    is claimed at most once, and every other message's task is left untouched;
+  * each message read is changed once: a claimed message becomes invisible for its step's effective timeout + 2 s
+    (at most 2147483647 s), as start_tasks sets it, or, when the flow's message_retention is 'delete' (v0.20.0),
+    is deleted (the task row is then the only record of the claim; a retry, a release or stalled-task recovery
+    sends the message again); a message read but not claimed (no task, a task of another flow, a task already
+    started or finished) becomes invisible for vt seconds, as pgmq.read would have hidden it, and is otherwise
+    left untouched (never archived or deleted);
   * returns one pgflow.read_task_record per message read, ordered by msg_id: claimed true with the task's columns
     as start_tasks returns them, plus attempt (the claim's attempts_count), timeout (the effective step timeout
     in seconds) and max_attempts (the effective max attempts); claimed false and the task columns NULL for a
@@ -3813,7 +4111,7 @@ claims their tasks in one call (v0.20.0): pgmq.read(queue_name, vt, qty) followe
   * queue_name NULL means the flow's default queue; it is compared in lower case. qty NULL or below 1 and vt NULL
     or negative raise 22023 naming the value, before anything changes; an unknown queue raises 42P01 (the queue
     table does not exist), as pgmq.read does.
-Like pgflow.set_vt_batch, it reads and updates the PGMQ queue table itself (msg_id, read_ct, vt only; the table
+Like pgflow.set_vt_batch, it reads and changes the PGMQ queue table itself (msg_id, read_ct, vt only; the table
 name comes from pgmq.format_table_name, which validates it): PGMQ has no call that reads with per-message
 visibility timeouts.
 $doc$;
@@ -4668,9 +4966,9 @@ begin
         when 'complete_task' then 'pgflow.complete_task(uuid, text, integer, jsonb, integer)'
         when 'fail_task' then 'pgflow.fail_task(uuid, text, integer, text, integer, boolean, integer)'
         when 'complete_tasks' then 'pgflow.complete_tasks(uuid[], text[], integer[], jsonb[], integer[])'
-        when 'create_flow' then 'pgflow.create_flow(text, integer, integer, integer, text)'
-        when 'ensure_flow_compiled' then 'pgflow.ensure_flow_compiled(text, jsonb, boolean, text)'
-        else 'pgflow._create_flow_from_shape(text, jsonb, text)'
+        when 'create_flow' then 'pgflow.create_flow(text, integer, integer, integer, text, text)'
+        when 'ensure_flow_compiled' then 'pgflow.ensure_flow_compiled(text, jsonb, boolean, text, text)'
+        else 'pgflow._create_flow_from_shape(text, jsonb, text, text)'
       end,
       v_grant.grantee);
   end loop;
@@ -4787,23 +5085,6 @@ comment on function pgflow.poll_for_tasks(queue_name text, vt integer, qty integ
 pgflow.poll_for_tasks(...) guarantees: nothing. It is a deprecated stub kept so that very old workers calling it
 get a NOTICE telling them to upgrade instead of an "undefined function" error; it returns no rows and changes
 nothing. Current workers read with pgmq.read_with_poll and claim with pgflow.start_tasks.
-$doc$;
-comment on function pgflow.requeue_stalled_tasks() is $doc$
-pgflow.requeue_stalled_tasks() guarantees (run periodically by one worker per database, under an advisory lock;
-safe to run concurrently with itself and with callbacks):
-  * a task is stalled when it is 'started', not given up, its run and step are still 'started', and it started
-    more than the effective step timeout (steps.opt_timeout, else flows.opt_timeout) + 30 seconds ago (upstream
-    pgflow used only the flow timeout);
-  * a stalled task requeued fewer than 3 times goes back to 'queued' (started_at and last_worker_id cleared,
-    requeued_count + 1, last_requeued_at now; attempts_count kept) and its message becomes visible at once,
-    in the queue the task stored (step_tasks.queue_name; one set_vt_batch call per queue);
-    rows locked by someone else are skipped (FOR UPDATE SKIP LOCKED) and picked up on a later call;
-  * a stalled task already requeued 3 times is given up: permanently_stalled_at is set and it fails through
-    the ordinary failure path, pgflow.fail_task, as an exhausted task, so its step and run fail, or the step is
-    skipped per when_exhausted (upstream pgflow left such runs 'started' forever);
-  * returns the number of tasks requeued (not counting the ones given up);
-  * any timeout the tables accept works, up to 2147483647 s: the threshold is computed in bigint, so one flow
-    with an absurd timeout cannot make every call fail with "integer out of range" (v0.17.0 did).
 $doc$;
 comment on function pgflow.set_vt_batch(queue_name text, msg_ids bigint[], vt_offsets integer[]) is $doc$
 pgflow.set_vt_batch(queue_name, msg_ids, vt_offsets) guarantees: for each pair (msg_ids[i], vt_offsets[i]) the
