@@ -17,6 +17,18 @@ func deleteFlow(t *testing.T, db fx.DB) {
 	fx.EnsureWorker(t, db, "d", fx.DefaultWorker)
 }
 
+// claimedDeleteTask creates flow "d" (deleteFlow), starts a run of it and claims its task with
+// read_and_start_tasks; it returns the run and the id of the message the task was claimed by.
+func claimedDeleteTask(t *testing.T, db fx.DB) (fx.Run, int64) {
+	t.Helper()
+	deleteFlow(t, db)
+	run := fx.StartFlow(t, db, "d", `{}`)
+	msg := *fx.GetTask(t, db, run.RunID, "a", 0).MessageID
+	require.Len(t, readAndStartTasks(t, db, "d", "d", fx.DefaultWorker, 10, 5), 1)
+	require.False(t, fx.InQueue(t, db, "d", msg), "deleted at the claim")
+	return run, msg
+}
+
 // rowsWritten runs sql in its own transaction and returns the rows it inserted, updated and deleted in the
 // pgflow and pgmq tables.
 func rowsWritten(t *testing.T, db *pgxpool.Pool, sql string, args ...any) int {
@@ -102,10 +114,7 @@ func TestDeleteRetentionLeavesUnclaimedMessagesAsReadDoes(t *testing.T) {
 func TestDeleteRetentionRetrySendsTheMessageAgain(t *testing.T) {
 	t.Parallel()
 	db := newDB(t).Pool
-	deleteFlow(t, db)
-	run := fx.StartFlow(t, db, "d", `{}`)
-	first := *fx.GetTask(t, db, run.RunID, "a", 0).MessageID
-	require.Len(t, readAndStartTasks(t, db, "d", "d", fx.DefaultWorker, 10, 5), 1)
+	run, first := claimedDeleteTask(t, db)
 
 	// A retry later: a new message, hidden until the retry time that the task records.
 	fx.Exec(t, db, `select pgflow.fail_task($1::uuid, 'a', 0, 'boom', retry_delay => 30)`, run.RunID)
@@ -143,10 +152,7 @@ func TestDeleteRetentionRetrySendsTheMessageAgain(t *testing.T) {
 func TestDeleteRetentionReleaseSendsTheMessageAgain(t *testing.T) {
 	t.Parallel()
 	db := newDB(t).Pool
-	deleteFlow(t, db)
-	run := fx.StartFlow(t, db, "d", `{}`)
-	first := *fx.GetTask(t, db, run.RunID, "a", 0).MessageID
-	require.Len(t, readAndStartTasks(t, db, "d", "d", fx.DefaultWorker, 10, 5), 1)
+	run, first := claimedDeleteTask(t, db)
 
 	require.True(t, fx.Val[bool](t, db, `
 		select released from pgflow.release_tasks(array[$1::uuid], array['a'], array[0], array[1])`, run.RunID))
@@ -162,10 +168,7 @@ func TestDeleteRetentionReleaseSendsTheMessageAgain(t *testing.T) {
 func TestDeleteRetentionStalledTaskGetsItsMessageAgain(t *testing.T) {
 	t.Parallel()
 	db := newDB(t).Pool
-	deleteFlow(t, db)
-	run := fx.StartFlow(t, db, "d", `{}`)
-	first := *fx.GetTask(t, db, run.RunID, "a", 0).MessageID
-	require.Len(t, readAndStartTasks(t, db, "d", "d", fx.DefaultWorker, 10, 5), 1)
+	run, first := claimedDeleteTask(t, db)
 	require.Equal(t, 0, fx.Val[int](t, db, `select pgflow.requeue_stalled_tasks()`), "not stalled yet")
 	require.Empty(t, fx.QueueMessages(t, db, "d"))
 
@@ -185,10 +188,7 @@ func TestDeleteRetentionStalledTaskGetsItsMessageAgain(t *testing.T) {
 func TestMessagesAreNeverSentAgainForARunThatNoLongerRuns(t *testing.T) {
 	t.Parallel()
 	db := newDB(t).Pool
-	deleteFlow(t, db)
-	run := fx.StartFlow(t, db, "d", `{}`)
-	msg := *fx.GetTask(t, db, run.RunID, "a", 0).MessageID
-	require.Len(t, readAndStartTasks(t, db, "d", "d", fx.DefaultWorker, 10, 5), 1)
+	run, msg := claimedDeleteTask(t, db)
 	fx.Exec(t, db, "update pgflow.runs set status = 'failed', failed_at = now() where run_id = $1::uuid", run.RunID)
 
 	require.Equal(t, 0, fx.Val[int](t, db,
