@@ -173,6 +173,14 @@ func TestSecurityRoleModel(t *testing.T) {
 	done, err := client.WaitRun(waitCtx, run.ID)
 	require.NoError(t, err)
 	require.Equal(t, pgflow.RunCompleted, done.Status)
+
+	// Worker: may apply its code's message retention to a flow (and nothing else of a definition, above).
+	var status, retention string
+	require.NoError(t, workerPool.QueryRow(ctx, `select pgflow.ensure_flow_compiled('rel_one', pgflow._get_flow_shape('rel_one'),
+		message_retention => 'delete') ->> 'status'`).Scan(&status))
+	require.Equal(t, "verified", status)
+	require.NoError(t, db.Pool.QueryRow(ctx, `select message_retention from pgflow.flows where flow_slug = 'rel_one'`).Scan(&retention))
+	require.Equal(t, "delete", retention)
 	require.NoError(t, w.stop())
 
 	// A worker whose flow is not in the database cannot compile it.

@@ -2661,6 +2661,7 @@ declare
   v_differences text[];
   v_mode        text := coalesce(ensure_flow_compiled.queue_mode, 'flow');
   v_stored_mode text;
+  v_stored_retention text;
 begin
   if v_mode not in ('flow', 'step') then
     raise exception using
@@ -2677,7 +2678,8 @@ begin
   perform pgflow._validate_flow_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape);
   perform pg_advisory_xact_lock(1, hashtext(lower(ensure_flow_compiled.flow_slug)));
 
-  select f.queue_mode into v_stored_mode from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug;
+  select f.queue_mode, f.message_retention into v_stored_mode, v_stored_retention
+    from pgflow.flows as f where f.flow_slug = ensure_flow_compiled.flow_slug;
   if not found then
     perform pgflow._create_flow_from_shape(ensure_flow_compiled.flow_slug, ensure_flow_compiled.shape, v_mode,
                                           ensure_flow_compiled.message_retention);
@@ -2685,12 +2687,12 @@ begin
   end if;
 
   -- The message retention only decides what a claim does with a message (every other path handles both), so it
-  -- is set in place, whatever the shapes say.
-  if ensure_flow_compiled.message_retention is not null then
+  -- is set in place, whatever the shapes say; only a change writes (a worker role needs UPDATE on that column
+  -- only then: roles.sql grants it).
+  if ensure_flow_compiled.message_retention <> v_stored_retention then
     update pgflow.flows as f
        set message_retention = ensure_flow_compiled.message_retention
-     where f.flow_slug = ensure_flow_compiled.flow_slug
-       and f.message_retention <> ensure_flow_compiled.message_retention;
+     where f.flow_slug = ensure_flow_compiled.flow_slug;
   end if;
 
   -- The queue mode is deployment metadata, compared apart from the DAG shape but with the same consequences.
@@ -2722,7 +2724,7 @@ refused with 22023 before anything is read), or nothing was changed and the resu
 (v0.20.0; 'archive' or 'delete', anything else refused with 22023 before anything is read) is stored as given in
 every outcome, also 'verified' and 'mismatch': it decides only what a claim does with a task's message, which is
 safe to change at any time, so it is never a difference; NULL keeps the stored value ('archive' for a new
-flow). Result:
+flow); only a change writes (UPDATE of flows.message_retention, which roles.sql grants pgflow_worker). Result:
 {"status": s, "differences": [...]}
   * 'compiled'   - the flow did not exist and was created from the shape (in any environment);
   * 'verified'   - the stored shape equals the caller's; nothing changed;

@@ -44,7 +44,8 @@
 --   * PUBLIC can execute no pgflow function, and functions pgflow_owner creates later are not executable by PUBLIC;
 --   * pgflow_owner: USAGE on schema pgmq; on every PGMQ table and sequence it does not own, the privileges that
 --     pgflow_worker has on it (below);
---   * pgflow_worker: USAGE on both schemas; SELECT on pgflow.flows, steps, deps; SELECT, INSERT, UPDATE on runs,
+--   * pgflow_worker: USAGE on both schemas; SELECT on pgflow.flows, steps, deps, and UPDATE of
+--     flows.message_retention (v0.20.0: a worker applies its flows' DeleteTaskMessages); SELECT, INSERT, UPDATE on runs,
 --     step_states, step_tasks, workers, worker_functions, schedules (v0.20.0); SELECT, INSERT, UPDATE, DELETE on every PGMQ queue and
 --     archive table, SELECT on pgmq.meta, USAGE/SELECT/UPDATE on PGMQ sequences; EXECUTE on every pgflow function
 --     except the ones that change definitions (create_flow, add_step, _create_flow_from_shape,
@@ -133,6 +134,9 @@ alter default privileges for role pgflow_owner in schema pgflow revoke execute o
 -- Worker.
 grant usage on schema pgflow, pgmq to pgflow_worker;
 grant select on pgflow.flows, pgflow.steps, pgflow.deps to pgflow_worker;
+-- A worker applies its code's message retention to the flows it serves (ensure_flow_compiled, v0.20.0): that one
+-- column, nothing else of a definition.
+grant update (message_retention) on pgflow.flows to pgflow_worker;
 grant select, insert, update on pgflow.runs, pgflow.step_states, pgflow.step_tasks, pgflow.workers,
   pgflow.worker_functions to pgflow_worker;
 -- Schedules (v0.20.0): workers write their schedules at startup and fire due ticks.
