@@ -20,16 +20,26 @@ type v016 struct {
 	conn *pgx.Conn
 }
 
-func newV016(t *testing.T) v016 {
+func newV016(t *testing.T) v016 { return newAt(t, "v0.16.0") }
+
+// newAt returns a database migrated to version only (v016 is the oldest such database the tests use), with a
+// dedicated connection for the migrator.
+func newAt(t *testing.T, version string) v016 {
 	t.Helper()
 	db := pgtest.NewWithPGMQ(t)
 	conn, err := pgx.Connect(fx.Ctx(t), db.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	report, err := schema.NewMigrator(conn, nil).Up(fx.Ctx(t), "v0.16.0")
+	report, err := schema.NewMigrator(conn, nil).Up(fx.Ctx(t), version)
 	require.NoError(t, err)
-	require.Equal(t, "v0.16.0", report.Current)
+	require.Equal(t, version, report.Current)
 	return v016{DB: db, conn: conn}
+}
+
+// upTo applies the migrations up to version.
+func (d v016) upTo(t *testing.T, version string) (*schema.UpReport, error) {
+	t.Helper()
+	return schema.NewMigrator(d.conn, nil).Up(fx.Ctx(t), version)
 }
 
 // upgrade applies the v0.17.0 migration, as `pgflow migrate up --to v0.17.0` does (later migrations have

@@ -1,16 +1,12 @@
 package upgrade_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	fx "github.com/pgflow-go/pgflow/internal/coretest/fixture"
-	"github.com/pgflow-go/pgflow/internal/pgtest"
-	"github.com/pgflow-go/pgflow/schema"
 )
 
 // Upgrading to v0.20.0 replaces heartbeat_worker(uuid) by heartbeat_worker(uuid, listening boolean default false):
@@ -18,13 +14,8 @@ import (
 // not (PUBLIC's right was revoked) gets nothing. Existing workers count as not listening until a heartbeat says they do.
 func TestUpgradeToV020KeepsHeartbeatGrants(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewWithPGMQ(t)
+	db := newAt(t, "v0.19.0")
 	ctx := fx.Ctx(t)
-	conn, err := pgx.Connect(ctx, db.URL)
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	_, err = schema.NewMigrator(conn, nil).Up(ctx, "v0.19.0")
-	require.NoError(t, err)
 	const worker = "77777777-7777-4777-8777-777777777777"
 	fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'q', 'ts-worker')`, worker)
 	beater, bystander := newRole(t, db.URL), newRole(t, db.URL)
@@ -33,7 +24,7 @@ func TestUpgradeToV020KeepsHeartbeatGrants(t *testing.T) {
 		revoke execute on function pgflow.heartbeat_worker(uuid) from public;
 		grant execute on function pgflow.heartbeat_worker(uuid) to %[1]s`, beater, bystander))
 
-	_, err = schema.NewMigrator(conn, nil).Up(ctx, "v0.20.0")
+	_, err := db.upTo(t, "v0.20.0")
 	require.NoError(t, err)
 	require.Nil(t, fx.Val[*string](t, db.Pool, `select listens_at::text from pgflow.workers where worker_id = $1::uuid`, worker),
 		"an existing worker does not listen")

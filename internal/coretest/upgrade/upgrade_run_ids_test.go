@@ -11,7 +11,6 @@ import (
 
 	fx "github.com/pgflow-go/pgflow/internal/coretest/fixture"
 	"github.com/pgflow-go/pgflow/internal/pgtest"
-	"github.com/pgflow-go/pgflow/schema"
 )
 
 // The v0.20.0 migration grants pgflow._new_run_id() to the roles that could start runs (execute on start_flow or
@@ -20,13 +19,8 @@ import (
 // revoke it from PUBLIC for functions pgflow_owner creates), and its runs get version 7 ids.
 func TestUpgradeToV020GrantsNewRunIDToStarters(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewWithPGMQ(t)
+	db := newAt(t, "v0.19.0")
 	ctx := fx.Ctx(t)
-	conn, err := pgx.Connect(ctx, db.URL)
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	_, err = schema.NewMigrator(conn, nil).Up(ctx, "v0.19.0")
-	require.NoError(t, err)
 
 	fx.Exec(t, db.Pool, "select pgflow.create_flow('up'); select pgflow.add_step('up', 'a')")
 	starter, inserter, bystander := newRole(t, db.URL), newRole(t, db.URL), newRole(t, db.URL)
@@ -38,7 +32,7 @@ func TestUpgradeToV020GrantsNewRunIDToStarters(t *testing.T) {
 		grant select, insert on pgflow.runs to %[2]s;
 		grant select on pgflow.runs to %[3]s`, starter, inserter, bystander))
 
-	_, err = schema.NewMigrator(conn, nil).Up(ctx, "v0.20.0")
+	_, err := db.upTo(t, "v0.20.0")
 	require.NoError(t, err)
 	fx.Exec(t, db.Pool, "revoke execute on function pgflow._new_run_id() from public")
 

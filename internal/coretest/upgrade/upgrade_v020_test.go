@@ -1,15 +1,11 @@
 package upgrade_test
 
 import (
-	"context"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	fx "github.com/pgflow-go/pgflow/internal/coretest/fixture"
-	"github.com/pgflow-go/pgflow/internal/pgtest"
-	"github.com/pgflow-go/pgflow/schema"
 )
 
 // A populated v0.19.0 database upgrades to v0.20.0: a run that failed with a started sibling task and waiting
@@ -17,13 +13,7 @@ import (
 // and completed runs are untouched, and the failed run can then be resumed and completes.
 func TestUpgradeToV020FinishesFailedRuns(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewWithPGMQ(t)
-	ctx := fx.Ctx(t)
-	conn, err := pgx.Connect(ctx, db.URL)
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	_, err = schema.NewMigrator(conn, nil).Up(ctx, "v0.19.0")
-	require.NoError(t, err)
+	db := newAt(t, "v0.19.0")
 	p := db.Pool
 
 	fx.Exec(t, p, "select pgflow.create_flow('up', max_attempts => 1)")
@@ -37,7 +27,7 @@ func TestUpgradeToV020FinishesFailedRuns(t *testing.T) {
 	live := fx.StartFlow(t, p, "up", `{}`)
 	liveBefore := fx.Val[string](t, p, `select jsonb_agg(to_jsonb(s) order by step_slug)::text from pgflow.step_states s where run_id = $1::uuid`, live.RunID)
 
-	report, err := schema.NewMigrator(conn, nil).Up(ctx, "v0.20.0")
+	report, err := db.upTo(t, "v0.20.0")
 	require.NoError(t, err)
 	require.Equal(t, "v0.20.0", report.Current)
 
