@@ -144,14 +144,8 @@ func freePort() (int, error) {
 func removeLeftovers() {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
 	for _, dir := range dirs {
-		raw, err := os.ReadFile(filepath.Join(dir, "owner.pid"))
-		if err == nil {
-			pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
-			if pid > 0 && processAlive(pid) {
-				continue
-			}
-		} else if st, statErr := os.Stat(dir); statErr == nil && time.Since(st.ModTime()) < time.Minute {
-			continue // being set up right now by another binary
+		if !ownerGone(dir) {
+			continue
 		}
 		if raw, err := os.ReadFile(filepath.Join(dir, "data", "postmaster.pid")); err == nil {
 			if pid, _ := strconv.Atoi(strings.SplitN(string(raw), "\n", 2)[0]); pid > 0 {
@@ -161,6 +155,29 @@ func removeLeftovers() {
 		}
 		_ = os.RemoveAll(dir)
 	}
+}
+
+// writeOwner records this process as the owner of dir. The file appears whole (written aside, then renamed), so
+// another binary's leftover sweep never reads it half-written.
+func writeOwner(dir string) error {
+	tmp := filepath.Join(dir, "owner.pid.tmp")
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "owner.pid"))
+}
+
+// ownerGone reports whether the process that created dir no longer runs. Without a readable owner (a directory
+// being set up right now by another binary, or one whose owner died before it wrote the file), the directory
+// counts as gone only once it is a minute old.
+func ownerGone(dir string) bool {
+	if raw, err := os.ReadFile(filepath.Join(dir, "owner.pid")); err == nil {
+		if pid, _ := strconv.Atoi(strings.TrimSpace(string(raw))); pid > 0 {
+			return !processAlive(pid)
+		}
+	}
+	st, err := os.Stat(dir)
+	return err == nil && time.Since(st.ModTime()) >= time.Minute
 }
 
 func processAlive(pid int) bool {
@@ -190,7 +207,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgcluster: create run directory: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+	if err := writeOwner(dir); err != nil {
 		return nil, fmt.Errorf("pgcluster: write owner.pid: %w", err)
 	}
 	c := &Cluster{dir: dir, sockDir: filepath.Join(dir, "sock")}

@@ -203,7 +203,7 @@ func StartPgBouncer(ctx context.Context, opts PgBouncerOptions) (*PgBouncer, err
 	if err != nil {
 		return nil, fmt.Errorf("pgcluster: create PgBouncer directory: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+	if err := writeOwner(dir); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("pgcluster: write owner.pid: %w", err)
 	}
@@ -346,13 +346,7 @@ rm -rf %q`, os.Getpid(), b.pid, b.pid, b.pid, b.dir)
 func removeBouncerLeftovers() {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), bouncerDirPrefix+"*"))
 	for _, dir := range dirs {
-		raw, err := os.ReadFile(filepath.Join(dir, "owner.pid"))
-		if err == nil {
-			pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
-			if pid > 0 && processAlive(pid) {
-				continue
-			}
-		} else if st, statErr := os.Stat(dir); statErr == nil && time.Since(st.ModTime()) < time.Minute {
+		if !ownerGone(dir) {
 			continue
 		}
 		if raw, err := os.ReadFile(filepath.Join(dir, "pgbouncer.pid")); err == nil {
