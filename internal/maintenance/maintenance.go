@@ -1,7 +1,7 @@
 // Package maintenance keeps a worker's rows alive and the database's stalled tasks moving: heartbeats for every
 // worker row of a process (one per queue it serves), each saying whether the row listens on its own channel,
-// registering a row again when it went missing, shutdown on deprecation, and pgflow.requeue_stalled_tasks under an advisory lock so that one worker of a database runs it at
-// a time. It knows package sqlapi only.
+// registering a row again when it went missing, shutdown on deprecation, and pgflow.requeue_stalled_tasks under an
+// advisory lock so that one worker of a database runs it at a time. It knows package sqlapi only.
 package maintenance
 
 import (

@@ -5,7 +5,8 @@ volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_found bigint[] := '{}';
+  v_found bigint[];
+  v_vts   timestamptz[];
   v_row   record;
   v_group record;
 begin
@@ -14,13 +15,10 @@ begin
   end if;
 
   -- Messages still in the queue (archive retention, or never claimed) keep their id: only their visibility moves.
-  for v_row in select s.msg_id, s.vt from pgflow.set_vt_batch(p_queue_name, p_msg_ids, p_delays) as s loop
-    v_found := v_found || v_row.msg_id;
-    old_msg_id := v_row.msg_id;
-    msg_id := v_row.msg_id;
-    vt := v_row.vt;
-    return next;
-  end loop;
+  select coalesce(array_agg(s.msg_id), '{}'), coalesce(array_agg(s.vt), '{}')
+    into v_found, v_vts
+    from pgflow.set_vt_batch(p_queue_name, p_msg_ids, p_delays) as s;
+  return query select f.id, f.id, f.vt from unnest(v_found, v_vts) as f (id, vt);
   if cardinality(v_found) = cardinality(p_msg_ids) then
     return;
   end if;
