@@ -28,8 +28,9 @@ func newBenchCmd(opts *globalOptions) *cobra.Command {
 		Use:   "bench",
 		Short: "Measure throughput, latency and database cost per task with the real Go worker",
 		Long: `Benchmark pgflow-go end to end: start runs, work them with real Go workers and report runs/s, tasks/s
-(steady state), start-to-completion latency (p50/p95/p99) and what each task costs the database (commits,
-WAL bytes, rows written).
+(steady state), start-to-completion latency (p50/p95/p99), what each task costs the database (commits,
+WAL bytes, rows written, server CPU µs when the server runs on this machine) and the CPU µs this process
+spends per task (worker CPU: the workers run inside it).
 
 Every figure is also given as a ratio to a baseline measured in the same run: the machine's commit rate for
 one-row insert+update transactions with 2 clients. Machines are noisy; ratios measured together are what count.

@@ -34,6 +34,7 @@ func TestBenchJSONReportAddsUp(t *testing.T) {
 		require.Equal(t, r.Runs*perRun[r.Scenario], r.TasksCompleted, r.Scenario)
 		require.Zero(t, r.RunsFailed, r.Scenario)
 		require.Positive(t, r.TasksPerSec, r.Scenario)
+		require.Positive(t, r.WorkerCPUMicrosPer, "%s: the bench process's CPU per task (worker_cpu_us_per)", r.Scenario)
 		require.InDelta(t, r.TasksPerSec/rep.Baseline.CommitsPerSec, r.Ratios.TasksPerSec, 1e-9, r.Scenario)
 	}
 	require.Equal(t, 30, rep.Results[1].Runs)
@@ -49,6 +50,7 @@ func TestBenchTableAndBadFlags(t *testing.T) {
 	require.Contains(t, out, "map")
 	require.Contains(t, out, "continuous")
 	require.Contains(t, out, "fsync=off", "the table states the durability settings")
+	require.Contains(t, out, "worker CPU µs/task")
 
 	r := runCLI(t, "", "--database-url", db.URL, "bench", "--mode", "sideways")
 	require.ErrorContains(t, r.err, `Mode = "sideways"`)

@@ -60,6 +60,7 @@ func checkReport(t *testing.T, cfg Config, rep *Report) {
 			require.Positive(t, r.RunsPerSec)
 			require.Positive(t, r.CommitsPer)
 			require.Positive(t, r.RowsWrittenPer)
+			require.Positive(t, r.WorkerCPUMicrosPer, "the starters run in the bench process: its CPU per run is measured")
 			require.InDelta(t, r.RunsPerSec/b.CommitsPerSec, r.Ratios.RunsPerSec, 1e-9)
 		case ScenarioIdle:
 			require.Positive(t, r.Seconds)
@@ -90,6 +91,8 @@ func checkReport(t *testing.T, cfg Config, rep *Report) {
 			require.Positive(t, r.CommitsPer, "%s", r.Scenario)
 			require.GreaterOrEqual(t, r.RowsWrittenPer, 1.0, "%s", r.Scenario)
 			require.Positive(t, r.WALBytesPer, "%s", r.Scenario)
+			// The workers run in the bench process: its CPU time over the window, per task, is measured.
+			require.Positive(t, r.WorkerCPUMicrosPer, "%s: worker CPU per task", r.Scenario)
 			require.Positive(t, r.LatencyP50Ms, "%s", r.Scenario)
 			require.LessOrEqual(t, r.LatencyP50Ms, r.LatencyP95Ms, "%s", r.Scenario)
 			require.LessOrEqual(t, r.LatencyP95Ms, r.LatencyP99Ms, "%s", r.Scenario)
@@ -110,11 +113,15 @@ func checkReport(t *testing.T, cfg Config, rep *Report) {
 	for _, n := range names {
 		require.Contains(t, table.String(), n)
 	}
+	require.Contains(t, table.String(), "worker CPU µs/task")
 	var js bytes.Buffer
 	require.NoError(t, rep.WriteJSON(&js))
 	var back Report
 	require.NoError(t, json.Unmarshal(js.Bytes(), &back))
 	require.Equal(t, len(rep.Results), len(back.Results))
+	for i, r := range rep.Results {
+		require.Equal(t, r.WorkerCPUMicrosPer, back.Results[i].WorkerCPUMicrosPer, "%s: worker_cpu_us_per in the JSON", r.Scenario)
+	}
 }
 
 func TestBenchBurnDownAllScenarios(t *testing.T) {

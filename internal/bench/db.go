@@ -164,6 +164,7 @@ type counters struct {
 	rows    int64         // rows inserted, updated and deleted in the database's tables (pg_stat_user_tables)
 	fpi     int64         // full-page images written to the WAL, whole server (pg_stat_wal.wal_fpi; 0 before PostgreSQL 14)
 	cpu     time.Duration // the server's CPU time so far, every process of it (0 when the server is not local)
+	self    time.Duration // this process's CPU time so far, user + system (the in-process workers' included)
 	at      time.Time
 }
 
@@ -190,6 +191,9 @@ func (e *env) snapshot(ctx context.Context) (counters, error) {
 	if err == nil && e.postmaster != 0 {
 		c.cpu, err = serverCPU(e.postmaster)
 	}
+	if err == nil {
+		c.self, err = selfCPU()
+	}
 	return c, err
 }
 
@@ -211,11 +215,12 @@ type delta struct {
 	rows     int64
 	fpi      int64
 	cpu      time.Duration // server CPU time
+	selfCPU  time.Duration // this process's CPU time (the workers', the monitor's polls, the bench's own work)
 }
 
 func (a counters) to(b counters) delta {
 	return delta{commits: b.commits - a.commits, walBytes: int64(b.wal - a.wal), rows: b.rows - a.rows, fpi: b.fpi - a.fpi,
-		cpu: b.cpu - a.cpu}
+		cpu: b.cpu - a.cpu, selfCPU: b.self - a.self}
 }
 
 // flushStats makes the statistics of the monitoring pool's backends visible: they are flushed when a backend

@@ -98,6 +98,10 @@ type Result struct {
 	// ServerCPUMicrosPer is the database server's CPU time per task (or run), every server process counted,
 	// when the server runs on this machine (0 otherwise). It depends on the machine, not on the load of others.
 	ServerCPUMicrosPer float64 `json:"server_cpu_us_per,omitempty"`
+	// WorkerCPUMicrosPer is the benchmark process's own CPU time (user + system) per task (or run) over the same
+	// window: the in-process workers (or the start scenario's clients), the monitor's polls, the set-up and
+	// shut-down of the pools. 0 where getrusage is not available.
+	WorkerCPUMicrosPer float64 `json:"worker_cpu_us_per,omitempty"`
 	TotalCommits       int64   `json:"total_commits"`
 	TotalWALBytes      int64   `json:"total_wal_bytes"`
 	TotalRowsWriten    int64   `json:"total_rows_written"`
@@ -153,6 +157,7 @@ func (r *Result) setTotals(d delta, n int) {
 	r.WALBytesPer = float64(d.walBytes) / float64(n)
 	r.RowsWrittenPer = float64(d.rows) / float64(n)
 	r.ServerCPUMicrosPer = float64(d.cpu.Microseconds()) / float64(n)
+	r.WorkerCPUMicrosPer = float64(d.selfCPU.Microseconds()) / float64(n)
 }
 
 func (r *Result) setLatency(lat []time.Duration, source string) {
@@ -294,7 +299,7 @@ func (rep *Report) writeResults(w io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmode\truns\ttasks\truns/s (×base)\ttasks/s (×base)\tp50 ms\tp95 ms\tp99 ms (×base)\tcommits/task (×base)\tWAL B/task (×base)\trows/task (×base)\tserver CPU µs/task (×base)\t")
+	fmt.Fprintln(tw, "scenario\tmode\truns\ttasks\truns/s (×base)\ttasks/s (×base)\tp50 ms\tp95 ms\tp99 ms (×base)\tcommits/task (×base)\tWAL B/task (×base)\trows/task (×base)\tserver CPU µs/task (×base)\tworker CPU µs/task\t")
 	for _, r := range rep.Results {
 		if r.Scenario == ScenarioIdle {
 			continue
@@ -303,7 +308,7 @@ func (rep *Report) writeResults(w io.Writer) error {
 		if r.CostPer == "run" {
 			per = "run"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 			r.Scenario, r.Mode, r.Runs, r.Tasks,
 			withRatio(r.RunsPerSec, r.Ratios.RunsPerSec, 0),
 			withRatio(r.TasksPerSec, r.Ratios.TasksPerSec, 0),
@@ -312,7 +317,8 @@ func (rep *Report) writeResults(w io.Writer) error {
 			withRatio(r.CommitsPer, r.Ratios.Commits, 2)+perSuffix(per),
 			withRatio(r.WALBytesPer, r.Ratios.WALBytes, 0)+perSuffix(per),
 			withRatio(r.RowsWrittenPer, r.Ratios.RowsWritten, 1)+perSuffix(per),
-			withRatio(r.ServerCPUMicrosPer, r.Ratios.ServerCPU, 0)+perSuffix(per))
+			withRatio(r.ServerCPUMicrosPer, r.Ratios.ServerCPU, 0)+perSuffix(per),
+			num(r.WorkerCPUMicrosPer, 0)+perSuffix(per))
 	}
 	return tw.Flush()
 }
