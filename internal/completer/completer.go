@@ -76,14 +76,28 @@ type Completer struct {
 	stopped  chan struct{}
 	wg       sync.WaitGroup
 	stopOnce sync.Once
+	// mu orders hand-overs before the stop: once closed is set, no completion enters the queue, so the ones in
+	// it when the flushers have returned are all that is left to settle.
+	mu     sync.RWMutex
+	closed bool
 }
 
 type pending struct {
-	log  *slog.Logger
-	meta taskrun.Meta
-	out  json.RawMessage
-	done chan observe.Outcome
+	log    *slog.Logger
+	meta   taskrun.Meta
+	out    json.RawMessage
+	settle Settler
 }
+
+// Settler is told a task's outcome once it is known (CompleteAsync).
+type Settler interface {
+	Settle(observe.Outcome)
+}
+
+// waiter is the Settler of Complete: a caller that waits for the outcome.
+type waiter chan observe.Outcome
+
+func (w waiter) Settle(o observe.Outcome) { w <- o }
 
 // New starts a Completer's flushers.
 func New(cfg Config) *Completer {
@@ -97,8 +111,22 @@ func New(cfg Config) *Completer {
 // Stop ends the flushers. A handler that reports later (one that ignored its context and was abandoned) gets
 // observe.Unreported.
 func (c *Completer) Stop() {
-	c.stopOnce.Do(func() { close(c.stopped) })
+	c.stopOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
+		close(c.stopped)
+	})
 	c.wg.Wait()
+	for {
+		select {
+		case p := <-c.queue:
+			c.logLost(p.log, "complete_tasks", errors.New("the worker stopped reporting results"))
+			p.settle.Settle(observe.Unreported)
+		default:
+			return
+		}
+	}
 }
 
 func ref(m taskrun.Meta) sqlapi.TaskRef {
@@ -111,25 +139,27 @@ func ref(m taskrun.Meta) sqlapi.TaskRef {
 // of the batch is recorded on its own: the others first, then the refused ones are failed without retry with the
 // database's reason, so one bad result never loses or delays the others.
 func (c *Completer) Complete(log *slog.Logger, meta taskrun.Meta, out json.RawMessage) observe.Outcome {
-	p := &pending{log: log, meta: meta, out: out, done: make(chan observe.Outcome, 1)}
-	select {
-	case c.queue <- p:
-	case <-c.stopped:
+	w := make(waiter, 1)
+	c.CompleteAsync(log, meta, out, w)
+	return <-w
+}
+
+// CompleteAsync is Complete without waiting: it hands the result over and returns, and s is told the outcome
+// once it is known, on a flusher's goroutine (on the caller's when the completer has stopped: Unreported). A
+// handler's goroutine can so end at once instead of sleeping until a flusher wakes it with the outcome. Settle
+// must not block: it runs on the goroutine that records the next batches.
+func (c *Completer) CompleteAsync(log *slog.Logger, meta taskrun.Meta, out json.RawMessage, s Settler) {
+	p := &pending{log: log, meta: meta, out: out, settle: s}
+	c.mu.RLock()
+	if c.closed {
+		c.mu.RUnlock()
 		c.logLost(log, "complete_tasks", errors.New("the worker stopped reporting results"))
-		return observe.Unreported
+		s.Settle(observe.Unreported)
+		return
 	}
-	select {
-	case o := <-p.done:
-		return o
-	case <-c.stopped:
-		select {
-		case o := <-p.done:
-			return o
-		default:
-		}
-		c.logLost(log, "complete_tasks", errors.New("the worker stopped reporting results"))
-		return observe.Unreported
-	}
+	// The queue holds a completion per handler slot, so this waits only for a burst beyond that to be taken.
+	c.queue <- p
+	c.mu.RUnlock()
 }
 
 func (c *Completer) loop() {
@@ -209,7 +239,7 @@ func (c *Completer) flush(batch []*pending) {
 	}
 	c.sendNotifications(c.cfg.Logger, notes)
 	for i, p := range batch {
-		p.done <- c.completionOutcome(p.log, p.meta, done[i])
+		p.settle.Settle(c.completionOutcome(p.log, p.meta, done[i]))
 	}
 }
 
@@ -257,13 +287,13 @@ func (c *Completer) oneByOne(batch []*pending) {
 			refused, reasons = append(refused, p), append(reasons, why)
 			continue
 		}
-		p.done <- o
+		p.settle.Settle(o)
 	}
 	for i, p := range refused {
 		msg := fmt.Sprintf("flow %q, step %q: the database refused the handler's output: %s",
 			p.meta.FlowSlug, p.meta.StepSlug, pgerr.Reason(reasons[i]))
 		p.log.Warn("task output refused by the database; failing the task without retry", "error", msg)
-		p.done <- c.Fail(p.log, p.meta, msg, true)
+		p.settle.Settle(c.Fail(p.log, p.meta, msg, true))
 	}
 }
 

@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -85,23 +84,30 @@ func New(cfg Config) *Executor {
 // many running handlers it cancelled. The handlers' results are still reported: the database fences them.
 func (e *Executor) CancelRun(runID string) int { return e.running.cancel(runID) }
 
-// handlerResult is what a handler returned, and when.
-type handlerResult struct {
-	out      json.RawMessage
-	err      error
-	finished time.Time
+// Run runs t's handler and reports its result; it returns once the outcome is known (a handler that outlives its
+// timeout is not waited for: it goes on running on a goroutine of its own). It is Start for a caller that waits.
+func (e *Executor) Run(t Task) {
+	settled := make(chan struct{})
+	go e.Start(t, func() { close(settled) })
+	<-settled
 }
 
-// Run runs t's handler and reports its result; it returns once the outcome is known (a handler that outlives its
-// timeout is not waited for).
-func (e *Executor) Run(t Task) {
+// Start runs t's handler on the calling goroutine and hands its result to the completer; settled is called once,
+// when the task's outcome is known (the caller then frees the task's slot). It may be called on another
+// goroutine, and before the handler has returned: a handler still running at its deadline has its attempt failed
+// at once, and one that ignores a shutdown's hard stop is given up when the worker gives up (GiveUp); what such a
+// handler returns later is dropped. Start returns when the handler has returned and its result is handed on,
+// which may be before settled is called (a completion is recorded in a batch, later, by the completer).
+//
+// The handler runs on the task's own goroutine, not on one more per task: a second goroutine (its creation, its
+// stack growing, a channel and a select waking the first) was a large share of the worker's own CPU per task.
+// The deadline and the hard stop are watched by context.AfterFunc on the deadline's context, which starts a
+// goroutine only when that context ends before the handler returns.
+func (e *Executor) Start(t Task, settled func()) {
 	meta := t.Meta()
-	log := taskLogger(e.cfg.Logger, slog.String("flow", t.FlowSlug), slog.String("worker_id", t.WorkerID),
-		slog.String("queue", t.QueueName), slog.String("run_id", t.RunID), slog.String("step", t.StepSlug),
-		slog.Int("task_index", t.TaskIndex), slog.String("msg_id", strconv.FormatInt(t.MsgID, 10)),
-		slog.Int("attempt", t.Attempt))
+	log := taskLogger(e.cfg.Logger, &t)
 	ctx := e.cfg.Observer.TaskStarted(e.cfg.Handlers, meta) // the handler's context, before its deadline
-	finish := func(o observe.Outcome) { e.cfg.Observer.TaskFinished(ctx, meta, o) }
+	a := &attempt{e: e, ctx: ctx, meta: meta, log: log, settled: settled}
 
 	var step *taskrun.Step
 	if f := e.cfg.Flows[t.FlowSlug]; f != nil {
@@ -111,68 +117,51 @@ func (e *Executor) Run(t Task) {
 		msg := fmt.Sprintf("flow %q has no step %q in the code of worker %s (the worker runs a different version of the flow)",
 			t.FlowSlug, t.StepSlug, t.WorkerID)
 		log.Error("claimed a task of an unknown step; failing it", "error", msg)
-		finish(e.cfg.Completer.Fail(log, meta, msg, false))
+		a.Settle(e.cfg.Completer.Fail(log, meta, msg, false))
 		return
 	}
 	if t.FlowInput != nil {
 		e.inputs.put(t.RunID, t.FlowInput)
 	}
+	runID := t.RunID
 	env := &taskrun.Env{
 		Meta:      meta,
 		Input:     t.Input,
 		FlowInput: t.FlowInput,
 		LoadFlowInput: func(ctx context.Context) (json.RawMessage, error) {
-			return e.inputs.get(ctx, t.RunID, func(ctx context.Context) (json.RawMessage, error) {
-				return sqlapi.RunInput(ctx, e.cfg.DB, t.RunID)
+			return e.inputs.get(ctx, runID, func(ctx context.Context) (json.RawMessage, error) {
+				return sqlapi.RunInput(ctx, e.cfg.DB, runID)
 			})
 		},
 		Logger: log,
 	}
 	timeout := t.timeout()
 	deadline := t.ClaimedAt.Add(timeout)
-	timedOut := &taskrun.TimeoutError{Step: t.StepSlug, TaskIndex: t.TaskIndex, MapStep: step.Map,
+	a.timedOut = &taskrun.TimeoutError{Step: t.StepSlug, TaskIndex: t.TaskIndex, MapStep: step.Map,
 		Timeout: timeout, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts}
 	// hctx carries the deadline and is what the executor watches; the handler's handlerCtx may also be cancelled
 	// on its own when the task's run is cancelled (the handler is then waited for, up to its deadline).
-	hctx, cancel := context.WithDeadlineCause(ctx, deadline, timedOut)
+	hctx, cancel := context.WithDeadlineCause(ctx, deadline, a.timedOut)
 	defer cancel()
 	handlerCtx, cancelRun := context.WithCancelCause(hctx)
 	defer cancelRun(nil)
-	defer e.running.add(t.RunID, cancelRun)()
+	e.running.add(a, runID, cancelRun)
 
-	log.Debug("task started", "timeout", timeout)
-	start := time.Now()
-	done := make(chan handlerResult, 1)
-	go func() {
-		out, err := step.Run(handlerCtx, env)
-		done <- handlerResult{out: out, err: err, finished: time.Now()}
-	}()
-
-	var res handlerResult
-	select {
-	case res = <-done:
-	case <-hctx.Done():
-		if context.Cause(hctx) == error(timedOut) {
-			select {
-			case res = <-done: // returned at the deadline: handled below
-			default:
-				e.timeoutWithoutHandler(ctx, log, meta, timedOut, start, done, finish)
-				return
-			}
-			break
-		}
-		// The hard stop of a shutdown: wait for the handler, until the worker gives up on it.
-		select {
-		case res = <-done:
-		case <-e.cfg.GiveUp:
-			e.cfg.Observer.HandlerDone(ctx, meta, time.Since(start), context.Cause(hctx))
-			finish(e.cfg.Completer.Release(log, meta, "its handler ignored the cancellation of its context"))
-			return
-		}
+	debug := log.Enabled(ctx, slog.LevelDebug) // checked first: the arguments of a record cost even when it is off
+	if debug {
+		log.Debug("task started", "timeout", timeout)
 	}
-	elapsed := res.finished.Sub(start)
-	err := res.err
-	if !res.finished.Before(deadline) {
+	a.start = time.Now()
+	stopWatch := context.AfterFunc(hctx, func() { a.watch(hctx) })
+	out, err := step.Run(handlerCtx, env)
+	finished := time.Now()
+	if !stopWatch() && !a.returned(err) {
+		return // the watcher reported the attempt: this result is late (see watch)
+	}
+	e.running.remove(a)
+
+	elapsed := finished.Sub(a.start)
+	if !finished.Before(deadline) {
 		// The deadline passed before the handler returned: the attempt timed out, whatever it returned. The
 		// recorded error is the timeout alone (the same whether the worker noticed the deadline or the handler's
 		// return first); what the handler returned goes to the log.
@@ -181,12 +170,16 @@ func (e *Executor) Run(t Task) {
 		} else {
 			log.Debug("the handler of a timed-out attempt returned an error", "error", err)
 		}
-		err = timedOut
+		err = a.timedOut
 	}
 	e.cfg.Observer.HandlerDone(ctx, meta, elapsed, err)
 	if err == nil {
-		log.Debug("task completed", "duration", elapsed)
-		finish(e.cfg.Completer.Complete(log, meta, res.out))
+		if debug {
+			log.Debug("task completed", "duration", elapsed)
+		}
+		// Handed over in one step: the completer records it with others and settles the task itself, so this
+		// goroutine ends here instead of waiting to be woken with the outcome.
+		e.cfg.Completer.CompleteAsync(log, meta, out, a)
 		return
 	}
 	runCancelled := errors.Is(context.Cause(handlerCtx), taskrun.ErrRunCancelled) && !errors.Is(err, taskrun.ErrStepTimeout)
@@ -210,14 +203,150 @@ func (e *Executor) Run(t Task) {
 	}
 	if e.cfg.Handlers.Err() != nil && !permanent && !errors.Is(err, taskrun.ErrStepTimeout) {
 		// Interrupted by the shutdown's hard stop: the attempt was not the task's fault.
-		finish(e.cfg.Completer.Release(log, meta, "the worker shut down while its handler ran"))
+		a.Settle(e.cfg.Completer.Release(log, meta, "the worker shut down while its handler ran"))
 		return
 	}
 	if retryAfter {
-		finish(e.cfg.Completer.FailRetryAfter(log, meta, err.Error(), retryDelay))
+		a.Settle(e.cfg.Completer.FailRetryAfter(log, meta, err.Error(), retryDelay))
 		return
 	}
-	finish(e.cfg.Completer.Fail(log, meta, err.Error(), permanent))
+	a.Settle(e.cfg.Completer.Fail(log, meta, err.Error(), permanent))
+}
+
+// attemptState says who reports an attempt's outcome: the task's goroutine once the handler has returned, or the
+// watcher when the deadline or a shutdown's give-up came first.
+type attemptState uint8
+
+const (
+	running     attemptState = iota // the handler runs; nobody reports yet
+	handlerDone                     // the handler returned first: the task's goroutine reports
+	timingOut                       // the watcher is failing the attempt at its deadline
+	lateWaiting                     // ... and the handler has returned meanwhile: the watcher deals with its result
+	timedOut                        // the watcher has failed the attempt: a late result is dealt with on return
+	givenUp                         // the watcher has released the task at a shutdown's give-up: a late result is dropped
+)
+
+// attempt is one running task attempt: what reporting its outcome needs, who reports it (state), and its place
+// among the running handlers of its run (runRegistry).
+type attempt struct {
+	e        *Executor
+	ctx      context.Context // the context TaskStarted returned
+	meta     taskrun.Meta
+	log      *slog.Logger
+	settled  func()
+	timedOut *taskrun.TimeoutError
+	start    time.Time
+
+	mu        sync.Mutex
+	state     attemptState
+	handlerOK chan struct{} // made by a watcher waiting for the handler at a hard stop; closed when it returns
+	lateErr   error         // what a handler returned while the watcher was failing its attempt
+
+	// runRegistry's list of the run's running handlers (guarded by the registry's lock).
+	runID      string
+	cancelRun  context.CancelCauseFunc
+	prev, next *attempt
+	linked     bool
+}
+
+// Settle reports the task's outcome to the hooks and tells the caller of Start that the task is settled
+// (completer.Settler: the completer calls it once a batched completion is recorded).
+func (a *attempt) Settle(o observe.Outcome) {
+	a.e.cfg.Observer.TaskFinished(a.ctx, a.meta, o)
+	a.settled()
+}
+
+// returned records that the handler returned with err; it reports whether the task's goroutine reports the
+// outcome (false: the watcher has taken the attempt over, and the late result is dealt with here or by it).
+func (a *attempt) returned(err error) bool {
+	a.mu.Lock()
+	switch a.state {
+	case running:
+		a.state = handlerDone
+		if a.handlerOK != nil {
+			close(a.handlerOK)
+		}
+		a.mu.Unlock()
+		return true
+	case timingOut:
+		a.state, a.lateErr = lateWaiting, err
+		a.mu.Unlock()
+	case timedOut:
+		a.mu.Unlock()
+		a.late(err)
+	default: // givenUp: the task is back in its queue; the result is dropped
+		a.mu.Unlock()
+		a.log.Debug("the handler of a task given up at shutdown returned; its result is dropped", "error", err)
+	}
+	return false
+}
+
+// takeOver moves a running attempt to state to; false when the handler has returned first.
+func (a *attempt) takeOver(to attemptState) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.state != running {
+		return false
+	}
+	a.state = to
+	return true
+}
+
+// watch runs when hctx ends before the handler returns (context.AfterFunc). At the deadline it fails the attempt
+// at once, without waiting for the handler: a handler that ignores its context cannot hold the task (or its slot)
+// beyond its timeout, and what it returns later is a stale result, dropped. At a shutdown's hard stop it waits for
+// the handler, until the worker gives up on it: the task is then put back in its queue.
+func (a *attempt) watch(hctx context.Context) {
+	e := a.e
+	if context.Cause(hctx) == error(a.timedOut) {
+		if !a.takeOver(timingOut) {
+			return
+		}
+		e.running.remove(a)
+		a.log.Warn("task timed out: its handler is still running; failing the attempt without waiting for it "+
+			"(whatever it returns later is dropped)", "error", a.timedOut.Error(), "timeout", a.timedOut.Timeout)
+		e.cfg.Observer.HandlerDone(a.ctx, a.meta, time.Since(a.start), a.timedOut)
+		a.Settle(e.cfg.Completer.Fail(a.log, a.meta, a.timedOut.Error(), false))
+		a.mu.Lock()
+		if a.state == lateWaiting {
+			a.mu.Unlock()
+			a.late(a.lateErr)
+			return
+		}
+		a.state = timedOut
+		a.mu.Unlock()
+		return
+	}
+	// The hard stop of a shutdown: wait for the handler, until the worker gives up on it.
+	a.mu.Lock()
+	if a.state != running {
+		a.mu.Unlock()
+		return
+	}
+	a.handlerOK = make(chan struct{})
+	ok := a.handlerOK
+	a.mu.Unlock()
+	select {
+	case <-ok:
+		return
+	case <-e.cfg.GiveUp:
+	}
+	if !a.takeOver(givenUp) {
+		return
+	}
+	e.running.remove(a)
+	e.cfg.Observer.HandlerDone(a.ctx, a.meta, time.Since(a.start), context.Cause(hctx))
+	a.Settle(e.cfg.Completer.Release(a.log, a.meta, "its handler ignored the cancellation of its context"))
+}
+
+// late deals with what a handler returned after the watcher failed its attempt at the deadline: a stale result,
+// dropped and counted, unless it is just its context's error.
+func (a *attempt) late(err error) {
+	if err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		a.log.Debug("the handler of a timed-out attempt returned its context's error", "error", err)
+		return
+	}
+	a.e.cfg.Completer.Stale(a.log, a.meta, observe.StaleTimedOut, err, 0)
 }
 
 // MaxRetryAfter bounds the retry delay a handler may ask for (pgflow.RetryAfter); longer delays are cut to it.
@@ -235,24 +364,6 @@ func handlerRetryDelay(err error, permanent bool) (time.Duration, bool) {
 	return min(d, MaxRetryAfter), ok
 }
 
-// timeoutWithoutHandler fails an attempt whose handler is still running at its step's deadline, without waiting
-// for it, and watches for what the handler returns later: a stale result, dropped.
-func (e *Executor) timeoutWithoutHandler(ctx context.Context, log *slog.Logger, meta taskrun.Meta,
-	timedOut *taskrun.TimeoutError, start time.Time, done <-chan handlerResult, finish func(observe.Outcome)) {
-	log.Warn("task timed out: its handler is still running; failing the attempt without waiting for it "+
-		"(whatever it returns later is dropped)", "error", timedOut.Error(), "timeout", timedOut.Timeout)
-	e.cfg.Observer.HandlerDone(ctx, meta, time.Since(start), timedOut)
-	finish(e.cfg.Completer.Fail(log, meta, timedOut.Error(), false))
-	go func() {
-		res := <-done
-		if res.err != nil && (errors.Is(res.err, context.DeadlineExceeded) || errors.Is(res.err, context.Canceled)) {
-			log.Debug("the handler of a timed-out attempt returned its context's error", "error", res.err)
-			return
-		}
-		e.cfg.Completer.Stale(log, meta, observe.StaleTimedOut, res.err, 0)
-	}()
-}
-
 // runInputCache keeps the inputs of recently seen runs so the tasks of one run load it at most once while it is
 // cached. It holds at most size runs (least recently used evicted, in constant time: with one-step flows every task
 // brings a new run); concurrent loads of one run share one query.
@@ -265,7 +376,7 @@ type runInputCache struct {
 
 type inputEntry struct {
 	runID string
-	ready chan struct{} // closed when raw/err are set
+	ready chan struct{} // closed when raw/err are set by a load; nil for an input that came with a task
 	raw   json.RawMessage
 	err   error
 }
@@ -282,9 +393,7 @@ func (c *runInputCache) put(runID string, raw json.RawMessage) {
 		c.order.MoveToFront(el)
 		return
 	}
-	e := &inputEntry{runID: runID, ready: make(chan struct{}), raw: raw}
-	close(e.ready)
-	c.insertLocked(e)
+	c.insertLocked(&inputEntry{runID: runID, raw: raw})
 }
 
 // get returns the input of runID, loading it with load when it is not cached. A failed load is not cached.
@@ -294,6 +403,9 @@ func (c *runInputCache) get(ctx context.Context, runID string, load func(context
 		c.order.MoveToFront(el)
 		e := el.Value.(*inputEntry)
 		c.mu.Unlock()
+		if e.ready == nil {
+			return e.raw, nil
+		}
 		select {
 		case <-e.ready:
 			return e.raw, e.err
@@ -333,43 +445,54 @@ func (c *runInputCache) insertLocked(e *inputEntry) {
 // notification (its claim raced the cancel) is cancelled too.
 const cancelMemory = time.Minute
 
-// runRegistry maps run ids to the cancel functions of their running handlers.
+// runRegistry keeps the running handlers of each run, for CancelRun: a list per run threaded through the
+// attempts themselves, so registering a handler allocates nothing.
 type runRegistry struct {
 	mu        sync.Mutex
-	next      uint64
-	byRun     map[string]map[uint64]context.CancelCauseFunc
+	byRun     map[string]*attempt  // run id -> the first of its running attempts
 	cancelled map[string]time.Time // recently cancelled runs, by when
 }
 
 func newRunRegistry() *runRegistry {
-	return &runRegistry{byRun: map[string]map[uint64]context.CancelCauseFunc{}, cancelled: map[string]time.Time{}}
+	return &runRegistry{byRun: map[string]*attempt{}, cancelled: map[string]time.Time{}}
 }
 
-// add registers a running handler of runID and returns the function that removes it. A handler of a run
-// cancelled within cancelMemory is cancelled at once.
-func (r *runRegistry) add(runID string, cancel context.CancelCauseFunc) (remove func()) {
+// add registers a running handler of runID whose context cancel cancels. A handler of a run cancelled within
+// cancelMemory is cancelled at once.
+func (r *runRegistry) add(a *attempt, runID string, cancel context.CancelCauseFunc) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if at, ok := r.cancelled[runID]; ok && time.Since(at) < cancelMemory {
 		cancel(&taskrun.RunCancelledError{RunID: runID})
 	}
-	r.next++
-	id := r.next
-	set := r.byRun[runID]
-	if set == nil {
-		set = map[uint64]context.CancelCauseFunc{}
-		r.byRun[runID] = set
+	a.runID, a.cancelRun, a.linked = runID, cancel, true
+	a.prev, a.next = nil, r.byRun[runID]
+	if a.next != nil {
+		a.next.prev = a
 	}
-	set[id] = cancel
-	return func() {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		cur := r.byRun[runID]
-		delete(cur, id)
-		if len(cur) == 0 {
-			delete(r.byRun, runID)
-		}
+	r.byRun[runID] = a
+}
+
+// remove unregisters a handler; removing one twice (or one never added) does nothing.
+func (r *runRegistry) remove(a *attempt) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !a.linked {
+		return
 	}
+	a.linked = false
+	if a.next != nil {
+		a.next.prev = a.prev
+	}
+	switch {
+	case a.prev != nil:
+		a.prev.next = a.next
+	case a.next != nil:
+		r.byRun[a.runID] = a.next
+	default:
+		delete(r.byRun, a.runID)
+	}
+	a.prev, a.next = nil, nil
 }
 
 // cancel cancels the running handlers of runID and remembers the run for cancelMemory.
@@ -383,9 +506,10 @@ func (r *runRegistry) cancel(runID string) int {
 		}
 	}
 	r.cancelled[runID] = now
-	set := r.byRun[runID]
-	for _, cancel := range set {
-		cancel(&taskrun.RunCancelledError{RunID: runID})
+	n := 0
+	for a := r.byRun[runID]; a != nil; a = a.next {
+		a.cancelRun(&taskrun.RunCancelledError{RunID: runID})
+		n++
 	}
-	return len(set)
+	return n
 }

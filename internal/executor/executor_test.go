@@ -83,21 +83,35 @@ func TestRunRegistryCancelsTheRunsHandlersOnly(t *testing.T) {
 	r := newRunRegistry()
 	a1, cancelA1 := context.WithCancelCause(context.Background())
 	a2, cancelA2 := context.WithCancelCause(context.Background())
+	a3, cancelA3 := context.WithCancelCause(context.Background())
 	b, cancelB := context.WithCancelCause(context.Background())
-	removeA1 := r.add("a", cancelA1)
-	r.add("a", cancelA2)
-	r.add("b", cancelB)
-	removeA1()
-	require.Equal(t, 1, r.cancel("a"), "a removed handler is not counted")
-	require.NoError(t, a1.Err())
-	var rce *taskrun.RunCancelledError
-	require.ErrorAs(t, context.Cause(a2), &rce)
-	require.Equal(t, "a", rce.RunID)
-	require.ErrorIs(t, context.Cause(a2), taskrun.ErrRunCancelled)
+	at1, at2, at3, bt := &attempt{}, &attempt{}, &attempt{}, &attempt{}
+	r.add(at1, "a", cancelA1)
+	r.add(at2, "a", cancelA2)
+	r.add(at3, "a", cancelA3)
+	r.add(bt, "b", cancelB)
+	r.remove(at2) // from the middle of the run's list
+	r.remove(at2) // twice: nothing more happens
+	require.Equal(t, 2, r.cancel("a"), "a removed handler is not counted")
+	require.NoError(t, a2.Err())
+	for _, c := range []context.Context{a1, a3} {
+		var rce *taskrun.RunCancelledError
+		require.ErrorAs(t, context.Cause(c), &rce)
+		require.Equal(t, "a", rce.RunID)
+		require.ErrorIs(t, context.Cause(c), taskrun.ErrRunCancelled)
+	}
 	require.NoError(t, b.Err())
+
+	// Removing every handler of a run forgets the run; the other run's list is intact.
+	r.remove(at3)
+	r.remove(at1)
+	require.NotContains(t, r.byRun, "a")
+	require.Same(t, bt, r.byRun["b"])
+	r.remove(bt)
+	require.Empty(t, r.byRun)
 
 	// A handler of the run that starts after the cancel (its claim raced it) is cancelled at once.
 	late, cancelLate := context.WithCancelCause(context.Background())
-	r.add("a", cancelLate)
+	r.add(&attempt{}, "a", cancelLate)
 	require.ErrorIs(t, context.Cause(late), taskrun.ErrRunCancelled)
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgflow-go/pgflow/internal/sqlapi"
 )
 
 // countingHandler counts the WithAttrs calls that reach the real handler.
@@ -27,7 +29,6 @@ func (h countingHandler) WithGroup(name string) slog.Handler {
 // A task logger writes exactly what base.With would, and costs the handler nothing while nothing is logged.
 func TestTaskLoggerWritesWhatWithWritesAndFormatsOnlyWhenUsed(t *testing.T) {
 	t.Parallel()
-	attrs := []slog.Attr{slog.String("flow", "f"), slog.Int("task_index", 3), slog.String("msg_id", "42")}
 	var want, got bytes.Buffer
 	withAttrs := 0
 	opts := &slog.HandlerOptions{Level: slog.LevelInfo,
@@ -37,8 +38,11 @@ func TestTaskLoggerWritesWhatWithWritesAndFormatsOnlyWhenUsed(t *testing.T) {
 			}
 			return a
 		}}
-	eager := slog.New(slog.NewJSONHandler(&want, opts)).With("flow", "f", "task_index", 3, "msg_id", "42")
-	lazy := taskLogger(slog.New(countingHandler{Handler: slog.NewJSONHandler(&got, opts), withAttrs: &withAttrs}), attrs...)
+	task := &Task{ClaimedTask: sqlapi.ClaimedTask{FlowSlug: "f", RunID: "r", StepSlug: "s", TaskIndex: 3, MsgID: 42, Attempt: 2},
+		QueueName: "q", WorkerID: "w"}
+	eager := slog.New(slog.NewJSONHandler(&want, opts)).With("flow", "f", "worker_id", "w", "queue", "q", "run_id", "r",
+		"step", "s", "task_index", 3, "msg_id", "42", "attempt", 2)
+	lazy := taskLogger(slog.New(countingHandler{Handler: slog.NewJSONHandler(&got, opts), withAttrs: &withAttrs}), task)
 
 	lazy.Debug("not written")
 	require.Zero(t, withAttrs, "nothing was handled, so nothing was formatted")

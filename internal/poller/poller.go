@@ -116,6 +116,7 @@ func (p *Poller) Run(stop, calls context.Context) {
 	if p.cfg.Own != nil {
 		relays.Go(func() { p.relay(stop, calls, p.cfg.Own, true) })
 	}
+	settled := p.settled
 	failures := 0
 	backlog := false // the last read returned as many messages as it asked for
 	for stop.Err() == nil {
@@ -146,11 +147,8 @@ func (p *Poller) Run(stop, calls context.Context) {
 		for _, t := range tasks {
 			p.cfg.Observer.TaskClaimed(t.Meta())
 			p.cfg.Tasks.start()
-			go func() {
-				defer p.release(1)
-				defer p.cfg.Tasks.done()
-				p.cfg.Executor.Run(t)
-			}()
+			// The task's own goroutine runs its handler; settled frees its slot once its outcome is known.
+			go p.cfg.Executor.Start(t, settled)
 		}
 		// A read that found fewer messages than it could take left nothing visible: what arrives later announces
 		// itself (and a notification that came during the read ends the wait at once), so wait for news instead
@@ -193,6 +191,12 @@ func take(stop context.Context, s Slots, wait bool) bool {
 	case <-stop.Done():
 		return false
 	}
+}
+
+// settled ends a task started by Run: its outcome is known, its slot is free again.
+func (p *Poller) settled() {
+	p.cfg.Tasks.done()
+	p.release(1)
 }
 
 func (p *Poller) release(n int) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Task is one pgflow.step_tasks row, with its output as text cut at the caller's limit.
@@ -220,12 +221,16 @@ func ReadAndStartTasks(ctx context.Context, db DBTX, flowSlug, queue, workerID s
 		       r.attempt, r.timeout, r.max_attempts
 		  from pgflow.read_and_start_tasks(flow_slug => $1::text, queue_name => $2::text, worker_id => $3::uuid,
 		                                   qty => $4::integer, vt => $5::integer) as r`,
-		flowSlug, queue, workerID, qty, vtSeconds)
+		flowSlug, queue, uuidArg(workerID), qty, vtSeconds)
 	if err == nil {
 		var c ClaimedTask
 		var ok bool
-		var flow, run, step *string
-		var index, attempt, timeout, maxAttempts *int
+		// Scanned without pointers to pointers (pgx allocates each through reflection) and with the slugs,
+		// which a batch repeats, made strings once per call: a claim is on every task's path.
+		var flow, step pgtype.DriverBytes
+		var run pgtype.Text
+		var index, attempt, timeout, maxAttempts pgtype.Int4
+		var slugs interner
 		_, err = pgx.ForEachRow(rows, []any{&c.MsgID, &ok, &flow, &run, &step, &c.Input, &index, &c.FlowInput,
 			&attempt, &timeout, &maxAttempts}, func() error {
 			read++
@@ -234,8 +239,9 @@ func ReadAndStartTasks(ctx context.Context, db DBTX, flowSlug, queue, workerID s
 				return nil
 			}
 			t := c
-			t.FlowSlug, t.RunID, t.StepSlug = deref(flow), deref(run), deref(step)
-			t.TaskIndex, t.Attempt, t.TimeoutSeconds, t.MaxAttempts = deref(index), deref(attempt), deref(timeout), deref(maxAttempts)
+			t.FlowSlug, t.RunID, t.StepSlug = slugs.str(flow), run.String, slugs.str(step)
+			t.TaskIndex, t.Attempt, t.TimeoutSeconds, t.MaxAttempts = int(index.Int32), int(attempt.Int32), int(timeout.Int32),
+				int(maxAttempts.Int32)
 			claimed = append(claimed, t)
 			c.Input, c.FlowInput = nil, nil // the next row's scan must not write into the slices just stored
 			return nil
@@ -248,13 +254,22 @@ func ReadAndStartTasks(ctx context.Context, db DBTX, flowSlug, queue, workerID s
 	return claimed, unclaimed, read, nil
 }
 
-// deref returns what p points to, or the zero value for nil (a SQL NULL).
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
+// interner makes strings of the bytes of a text column, each distinct value once: the values a batch of rows
+// repeats (slugs, statuses) then cost one allocation per call instead of one per row.
+type interner []string
+
+// str returns b as a string ("" for a NULL), the same string for the same bytes.
+func (in *interner) str(b []byte) string {
+	for _, s := range *in {
+		if s == string(b) {
+			return s
+		}
 	}
-	return *p
+	s := string(b)
+	if len(*in) < 16 {
+		*in = append(*in, s)
+	}
+	return s
 }
 
 // Why a message read from a flow's queue was not claimed.
@@ -376,14 +391,15 @@ func completeTasksArgs(results []TaskResult) []any {
 	idx := make([]int32, len(results))
 	outs := make([]string, len(results))
 	attempts := make([]*int32, len(results))
+	values := make([]int32, len(results)) // what attempts point to: one allocation, not one per task
 	for i, r := range results {
 		runs[i], steps[i], idx[i], outs[i] = r.RunID, r.StepSlug, int32(r.TaskIndex), string(r.Output)
 		if r.Attempt > 0 {
-			a := int32(r.Attempt)
-			attempts[i] = &a
+			values[i] = int32(r.Attempt)
+			attempts[i] = &values[i]
 		}
 	}
-	return []any{runs, steps, idx, outs, attempts}
+	return []any{uuidsArg(runs), steps, idx, outs, attempts}
 }
 
 func completeTasksErr(results []TaskResult, err error) error {
@@ -395,19 +411,18 @@ func completeTasksErr(results []TaskResult, err error) error {
 func scanCompletedTasks(rows pgx.Rows, n int) ([]CompletedTask, error) {
 	done := make([]CompletedTask, n)
 	var pos int32
-	var status, outcome *string
+	var status, outcome pgtype.DriverBytes // a handful of distinct values: interned, not allocated per row
+	var words interner
 	seen := 0
 	_, err := pgx.ForEachRow(rows, []any{&pos, &status, &outcome}, func() error {
 		if pos < 1 || int(pos) > n {
 			return fmt.Errorf("position %d out of range", pos)
 		}
 		seen++
-		if status != nil {
-			done[pos-1].Status = *status
-		}
+		done[pos-1].Status = words.str(status)
 		done[pos-1].Outcome = OutcomeUnknown
 		if outcome != nil {
-			done[pos-1].Outcome = *outcome
+			done[pos-1].Outcome = words.str(outcome)
 		}
 		return nil
 	})
