@@ -163,6 +163,7 @@ func (c *Completer) CompleteAsync(log *slog.Logger, meta taskrun.Meta, out json.
 }
 
 func (c *Completer) loop() {
+	seen := make(map[taskKey]bool) // splitRepeated's, kept across batches: cleared, not made again, for each
 	for {
 		var first *pending
 		select {
@@ -170,7 +171,7 @@ func (c *Completer) loop() {
 		case <-c.stopped:
 			return
 		}
-		c.flush(c.gather(first))
+		c.flush(c.gather(first), seen)
 	}
 }
 
@@ -209,11 +210,11 @@ func (c *Completer) gather(first *pending) []*pending {
 
 // flush records a batch and hands every task its outcome. A batch never names one task twice (two attempts of a
 // task finishing together): the second goes into a batch of its own.
-func (c *Completer) flush(batch []*pending) {
-	batch, again := splitRepeated(batch)
+func (c *Completer) flush(batch []*pending, seen map[taskKey]bool) {
+	batch, again := splitRepeated(batch, seen)
 	defer func() {
 		if len(again) > 0 {
-			c.flush(again)
+			c.flush(again, seen)
 		}
 	}()
 	if len(batch) == 1 {
@@ -253,19 +254,21 @@ func (c *Completer) sendNotifications(log *slog.Logger, notes sqlapi.Notificatio
 	}
 }
 
-// splitRepeated keeps the first result of each task in batch and returns the others apart.
-func splitRepeated(batch []*pending) (unique, again []*pending) {
+// taskKey names a task (not an attempt).
+type taskKey struct {
+	run, step string
+	index     int
+}
+
+// splitRepeated keeps the first result of each task in batch and returns the others apart; seen is scratch space.
+func splitRepeated(batch []*pending, seen map[taskKey]bool) (unique, again []*pending) {
 	if len(batch) < 2 {
 		return batch, nil
 	}
-	type key struct {
-		run, step string
-		index     int
-	}
-	seen := make(map[key]bool, len(batch))
+	clear(seen)
 	unique = batch[:0:0]
 	for _, p := range batch {
-		k := key{p.meta.RunID, p.meta.StepSlug, p.meta.TaskIndex}
+		k := taskKey{p.meta.RunID, p.meta.StepSlug, p.meta.TaskIndex}
 		if seen[k] {
 			again = append(again, p)
 			continue
