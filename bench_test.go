@@ -53,6 +53,9 @@ func benchScenario(b *testing.B, scenario string, runsPerOp int) {
 			b.ReportMetric(r.CommitsPer, "commits/"+r.CostPer)
 			b.ReportMetric(r.WALBytesPer, "WAL-B/"+r.CostPer)
 		}
+		if r.WorkerCPUMicrosPer > 0 { // this process's CPU: the workers run in it
+			b.ReportMetric(r.WorkerCPUMicrosPer, "worker-cpu-us/"+r.CostPer)
+		}
 		if r.Scenario == bench.ScenarioIdle {
 			b.ReportMetric(r.IdleStatementsPerSec, "idle-stmts/s")
 		}

@@ -88,7 +88,7 @@ func (e *Executor) CancelRun(runID string) int { return e.running.cancel(runID) 
 // timeout is not waited for: it goes on running on a goroutine of its own). It is Start for a caller that waits.
 func (e *Executor) Run(t Task) {
 	settled := make(chan struct{})
-	go e.Start(t, func() { close(settled) })
+	go e.Start(&t, func() { close(settled) })
 	<-settled
 }
 
@@ -103,9 +103,9 @@ func (e *Executor) Run(t Task) {
 // stack growing, a channel and a select waking the first) was a large share of the worker's own CPU per task.
 // The deadline and the hard stop are watched by context.AfterFunc on the deadline's context, which starts a
 // goroutine only when that context ends before the handler returns.
-func (e *Executor) Start(t Task, settled func()) {
+func (e *Executor) Start(t *Task, settled func()) {
 	meta := t.Meta()
-	log := taskLogger(e.cfg.Logger, &t)
+	log := taskLogger(e.cfg.Logger, t)
 	ctx := e.cfg.Observer.TaskStarted(e.cfg.Handlers, meta) // the handler's context, before its deadline
 	a := &attempt{e: e, ctx: ctx, meta: meta, log: log, settled: settled}
 
@@ -124,7 +124,7 @@ func (e *Executor) Start(t Task, settled func()) {
 		e.inputs.put(t.RunID, t.FlowInput)
 	}
 	runID := t.RunID
-	env := &taskrun.Env{
+	a.env = taskrun.Env{
 		Meta:      meta,
 		Input:     t.Input,
 		FlowInput: t.FlowInput,
@@ -137,8 +137,9 @@ func (e *Executor) Start(t Task, settled func()) {
 	}
 	timeout := t.timeout()
 	deadline := t.ClaimedAt.Add(timeout)
-	a.timedOut = &taskrun.TimeoutError{Step: t.StepSlug, TaskIndex: t.TaskIndex, MapStep: step.Map,
+	a.timeoutErr = taskrun.TimeoutError{Step: t.StepSlug, TaskIndex: t.TaskIndex, MapStep: step.Map,
 		Timeout: timeout, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts}
+	a.timedOut = &a.timeoutErr
 	// hctx carries the deadline and is what the executor watches; the handler's handlerCtx may also be cancelled
 	// on its own when the task's run is cancelled (the handler is then waited for, up to its deadline).
 	hctx, cancel := context.WithDeadlineCause(ctx, deadline, a.timedOut)
@@ -153,7 +154,7 @@ func (e *Executor) Start(t Task, settled func()) {
 	}
 	a.start = time.Now()
 	stopWatch := context.AfterFunc(hctx, func() { a.watch(hctx) })
-	out, err := step.Run(handlerCtx, env)
+	out, err := step.Run(handlerCtx, &a.env)
 	finished := time.Now()
 	if !stopWatch() && !a.returned(err) {
 		return // the watcher reported the attempt: this result is late (see watch)
@@ -234,8 +235,11 @@ type attempt struct {
 	meta     taskrun.Meta
 	log      *slog.Logger
 	settled  func()
-	timedOut *taskrun.TimeoutError
+	timedOut *taskrun.TimeoutError // &timeoutErr: the cause of the deadline, compared by identity
 	start    time.Time
+	// Parts of the attempt kept in it rather than allocated apart (fewer allocations per task).
+	env        taskrun.Env
+	timeoutErr taskrun.TimeoutError
 
 	mu        sync.Mutex
 	state     attemptState

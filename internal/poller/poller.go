@@ -144,7 +144,8 @@ func (p *Poller) Run(stop, calls context.Context) {
 		backlog = read == n
 		p.cfg.Observer.Polled(p.cfg.Flow, p.cfg.Queue, p.cfg.WorkerID, start, read, len(tasks), nil)
 		p.release(n - len(tasks))
-		for _, t := range tasks {
+		for i := range tasks {
+			t := &tasks[i] // not copied again: the task's goroutine reads it from the claimed batch
 			p.cfg.Observer.TaskClaimed(t.Meta())
 			p.cfg.Tasks.start()
 			// The task's own goroutine runs its handler; settled frees its slot once its outcome is known.
