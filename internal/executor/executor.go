@@ -219,12 +219,12 @@ func (e *Executor) Start(t *Task, settled func()) {
 type attemptState uint8
 
 const (
-	running     attemptState = iota // the handler runs; nobody reports yet
-	handlerDone                     // the handler returned first: the task's goroutine reports
-	timingOut                       // the watcher is failing the attempt at its deadline
-	lateWaiting                     // ... and the handler has returned meanwhile: the watcher deals with its result
-	timedOut                        // the watcher has failed the attempt: a late result is dealt with on return
-	givenUp                         // the watcher has released the task at a shutdown's give-up: a late result is dropped
+	running         attemptState = iota // the handler runs; nobody reports yet
+	handlerDone                         // the handler returned first: the task's goroutine reports
+	timingOut                           // the watcher is failing the attempt at its deadline
+	lateWaiting                         // ... and the handler has returned meanwhile: the watcher deals with its result
+	timeoutRecorded                     // the watcher has failed the attempt: a late result is dealt with on return
+	givenUp                             // the watcher has released the task at a shutdown's give-up: a late result is dropped
 )
 
 // attempt is one running task attempt: what reporting its outcome needs, who reports it (state), and its place
@@ -275,7 +275,7 @@ func (a *attempt) returned(err error) bool {
 	case timingOut:
 		a.state, a.lateErr = lateWaiting, err
 		a.mu.Unlock()
-	case timedOut:
+	case timeoutRecorded:
 		a.mu.Unlock()
 		a.late(err)
 	default: // givenUp: the task is back in its queue; the result is dropped
@@ -302,7 +302,9 @@ func (a *attempt) takeOver(to attemptState) bool {
 // the handler, until the worker gives up on it: the task is then put back in its queue.
 func (a *attempt) watch(hctx context.Context) {
 	e := a.e
-	if context.Cause(hctx) == error(a.timedOut) {
+	// Identity, not errors.Is: only this attempt's own deadline is its timeout (a parent's cause could match).
+	timedOut := a.timedOut
+	if context.Cause(hctx) == error(timedOut) {
 		if !a.takeOver(timingOut) {
 			return
 		}
@@ -317,7 +319,7 @@ func (a *attempt) watch(hctx context.Context) {
 			a.late(a.lateErr)
 			return
 		}
-		a.state = timedOut
+		a.state = timeoutRecorded
 		a.mu.Unlock()
 		return
 	}
