@@ -57,18 +57,25 @@ func startConcurrently(ctx context.Context, c *Client, flow string, inputs ...st
 	return out
 }
 
+// startInFlight makes a database with clFlows and a client, and starts one run of flow (input) that waits in the
+// database for the flow lock until release is called: later starts of the flow queue behind it.
+func startInFlight(t *testing.T, flow, input string) (db *pgtest.DB, c *Client, ctx context.Context, release func(), first <-chan startResult) {
+	t.Helper()
+	db = pgtest.New(t)
+	clFlows(t, db.Pool)
+	c = clClient(t, db)
+	ctx = clCtx(t)
+	release = holdFlowLock(t, db, flow)
+	first = startConcurrently(ctx, c, flow, input)
+	waitBlockedOnFlowLock(t, db, 1)
+	return db, c, ctx, release, first
+}
+
 // StartRun calls that arrive while a start of the same flow is in flight start together: one transaction for all
 // of them, each call getting its own run (its input, its step states) as a lone start would return it.
 func TestClientCoalescesConcurrentStarts(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	clFlows(t, db.Pool)
-	c := clClient(t, db)
-	ctx := clCtx(t)
-
-	release := holdFlowLock(t, db, "chain")
-	first := startConcurrently(ctx, c, "chain", `{"n": 0}`)
-	waitBlockedOnFlowLock(t, db, 1)
+	db, c, ctx, release, first := startInFlight(t, "chain", `{"n": 0}`)
 	const n = 20
 	inputs := make([]string, n)
 	for i := range inputs {
@@ -109,14 +116,7 @@ func TestClientCoalescesConcurrentStarts(t *testing.T) {
 // every call starts alone: the bad input gets its own error, the others their runs, none twice.
 func TestClientCoalescedStartRefusedStartsEachAlone(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	clFlows(t, db.Pool)
-	c := clClient(t, db)
-	ctx := clCtx(t)
-
-	release := holdFlowLock(t, db, "rootmap")
-	first := startConcurrently(ctx, c, "rootmap", `[0]`)
-	waitBlockedOnFlowLock(t, db, 1)
+	db, c, ctx, release, first := startInFlight(t, "rootmap", `[0]`)
 	rest := startConcurrently(ctx, c, "rootmap", `[1, 2]`, `{"not": "an array"}`, `[3]`)
 	waitFor(t, "three starts wait", func() bool { return c.starts.Waiting("rootmap") == 3 })
 	release()
@@ -140,14 +140,7 @@ func TestClientCoalescedStartRefusedStartsEachAlone(t *testing.T) {
 // and its run is never started.
 func TestClientCoalescedStartWithdrawnWhileWaiting(t *testing.T) {
 	t.Parallel()
-	db := pgtest.New(t)
-	clFlows(t, db.Pool)
-	c := clClient(t, db)
-	ctx := clCtx(t)
-
-	release := holdFlowLock(t, db, "chain")
-	first := startConcurrently(ctx, c, "chain", `{"who": "first"}`)
-	waitBlockedOnFlowLock(t, db, 1)
+	db, c, ctx, release, first := startInFlight(t, "chain", `{"who": "first"}`)
 	gone, cancel := context.WithCancel(ctx)
 	withdrawn := startConcurrently(gone, c, "chain", `{"who": "withdrawn"}`)
 	kept := startConcurrently(ctx, c, "chain", `{"who": "kept"}`)
