@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgflow-go/pgflow/internal/coalesce"
 	"github.com/pgflow-go/pgflow/internal/notify"
 	"github.com/pgflow-go/pgflow/internal/pgerr"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
@@ -40,6 +41,10 @@ type Client struct {
 	schemaOK atomic.Bool
 	// read reads a run with its step states; WaitRun and Subscribe read through it.
 	read func(ctx context.Context, id string) (*Run, error)
+	// starts coalesces concurrent StartRun calls of one flow (no transaction, no run id) into one start_flows call;
+	// startsOff is set once the role turned out not to be allowed to call start_flows.
+	starts    *coalesce.Group[json.RawMessage, *sqlapi.RunWithStates]
+	startsOff atomic.Bool
 }
 
 // ClientConfig configures a Client. The zero value of every field means its documented default.
@@ -75,6 +80,7 @@ func NewClient(pool *pgxpool.Pool, cfg *ClientConfig) (*Client, error) {
 		c.pollInterval = time.Second
 	}
 	c.read = c.getRun
+	c.starts = coalesce.New(c.startBatch, maxCoalescedStarts)
 	return c, nil
 }
 
@@ -159,6 +165,11 @@ func encodeStart[I any](flow *Flow[I], runID string, input I) (json.RawMessage, 
 // StartRunJSON starts a run of the flow named flowSlug with a JSON input (nil or empty means JSON null). See
 // StartRun. A flow with a map step over the run input needs an array input; anything else is rejected with the
 // database's message.
+//
+// Concurrent calls of one flow without a transaction and without StartOpts.RunID share a transaction when they
+// meet: calls that arrive while a start of the flow is in flight go together as the next pgflow.start_flows call
+// (group commit; a call that finds none in flight goes at once). Each still gets its own run, outcome and error:
+// a batch the database refuses is rolled back and its calls start one by one. See docs/client.md.
 func (c *Client) StartRunJSON(ctx context.Context, flowSlug string, input json.RawMessage, opts *StartOpts) (*Run, error) {
 	return c.start(ctx, c.pool, nil, flowSlug, input, opts.runID())
 }
@@ -202,6 +213,22 @@ func (c *Client) start(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowSlug 
 		}
 		if existing != nil {
 			return existingRun(existing, flowSlug)
+		}
+	}
+
+	if tx == nil && runID == "" && !c.startsOff.Load() {
+		r, err := c.starts.Do(ctx, flowSlug, input)
+		if err == nil {
+			return EngineRun(r), nil
+		}
+		if !batchRolledBack(err) {
+			return nil, fmt.Errorf("%s: %w", startSubject("", flowSlug), err)
+		}
+		// The batch was rolled back (an input, the flow or the role was refused): start alone, which gives this
+		// call its own outcome and error.
+		if pgerr.Code(err) == "42501" && c.startsOff.CompareAndSwap(false, true) {
+			c.log.Info("pgflow: this role may not call pgflow.start_flows; concurrent StartRun calls start one run per transaction",
+				"error", err)
 		}
 	}
 
@@ -263,6 +290,35 @@ func (c *Client) startOnce(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowS
 		return err
 	})
 	return r, err
+}
+
+// maxCoalescedStarts bounds the runs one coalesced start_flows call starts.
+const maxCoalescedStarts = 100
+
+// startBatch starts the runs of concurrent StartRun calls of one flow in one start_flows call (one transaction):
+// under load, runs arriving while a start is in flight share the next one, and with it its commit and its
+// round trip, instead of queueing one transaction each.
+func (c *Client) startBatch(ctx context.Context, flowSlug string, inputs []json.RawMessage) ([]*sqlapi.RunWithStates, error) {
+	runs, notes, err := sqlapi.StartFlowsWithStatesDeferred(ctx, c.pool, flowSlug, inputs)
+	c.sendNotifications(ctx, notes) // owed even when reading the started runs failed after the commit
+	return runs, err
+}
+
+// batchRolledBack reports whether a coalesced start failed in a way that certainly rolled it back: the server
+// refused a statement of its transaction (a data, integrity, raised, privilege or schema error, or a
+// serialization failure or deadlock). Then starting each run alone cannot start one twice. Any other failure (the
+// connection broke, the context ended, an operator ended the session) may have come after the commit, so the
+// error is returned as it is.
+func batchRolledBack(err error) bool {
+	code := pgerr.Code(err)
+	if len(code) != 5 {
+		return false
+	}
+	switch code[:2] {
+	case "0A", "22", "23", "2B", "3F", "40", "42", "P0":
+		return true
+	}
+	return false
 }
 
 // sendNotifications delivers what a committed start deferred. A failure does not undo the start: listeners miss

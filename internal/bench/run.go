@@ -714,14 +714,20 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 			return errors.Join(err, ws.stop())
 		}
 		defer starter.Close()
+		// Runs start as an application starts them: Client.StartRun, one call per arrival (concurrent calls of
+		// one flow share a transaction when they meet, see Client.StartRunJSON).
+		client, err := pgflow.NewClient(starter, &pgflow.ClientConfig{Logger: cfg.Logger})
+		if err != nil {
+			return errors.Join(err, ws.stop())
+		}
+		defer client.Close()
 		arrivals, elapsed, loopErr := offerArrivals(ctx, n, cfg.Rate, func(ctx context.Context, at time.Time) error {
-			// As Client.StartRun starts a run: start_flow_with_states, its notifications sent after the commit.
-			run, notes, err := sqlapi.StartFlowWithStatesDeferred(ctx, starter, bf.slug, bf.input, "")
+			run, err := client.StartRunJSON(ctx, bf.slug, bf.input, nil)
 			if err != nil {
 				return fmt.Errorf("start a run: %w", err)
 			}
-			book.started(run.Run.RunID, at)
-			return notes.Send(ctx, starter)
+			book.started(run.ID, at)
+			return nil
 		}, func(done int) {
 			progress(Progress{Phase: "arrivals", Done: int64(done), Total: int64(n), Unit: "runs"})
 		})

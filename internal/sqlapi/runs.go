@@ -468,6 +468,46 @@ func StartFlowsDeferred(ctx context.Context, db Batcher, flowSlug string, inputs
 	return runs, pending, nil
 }
 
+// startFlowsWithStatesSQL starts the runs with start_flows and reads each with get_run_with_states in the same
+// statement: start_flows has finished (a set-returning PL/pgSQL function returns its rows when it is done) before
+// the first get_run_with_states, whose statements see what it wrote.
+const startFlowsWithStatesSQL = `select pgflow.get_run_with_states(run_id => r.run_id)
+   from pgflow.start_flows(flow_slug => $1::text, inputs => $2::jsonb[]) with ordinality as r
+  order by r.ordinality`
+
+// StartFlowsWithStatesDeferred starts one run of flowSlug per input in one call of pgflow.start_flows (one
+// transaction) and returns each run as StartFlowWithStates returns it (the run and its step states at the end of
+// the start), in input order. Notifications are deferred as in StartFlowsDeferred.
+func StartFlowsWithStatesDeferred(ctx context.Context, db Batcher, flowSlug string, inputs []json.RawMessage) ([]*RunWithStates, Notifications, error) {
+	if len(inputs) == 0 {
+		return nil, "", nil
+	}
+	ins, _ := startFlowsArgs(inputs, nil)
+	var raws [][]byte
+	pending, err := deferNotifications(ctx, db, len(inputs), func(b *pgx.Batch) {
+		b.Queue(startFlowsWithStatesSQL, flowSlug, ins).Query(func(rows pgx.Rows) (err error) {
+			raws, err = pgx.CollectRows(rows, pgx.RowTo[[]byte])
+			return err
+		})
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("pgflow.start_flows(flow %q, %d runs): %w", flowSlug, len(inputs), err)
+	}
+	if len(raws) != len(inputs) {
+		return nil, pending, fmt.Errorf("pgflow.start_flows(flow %q, %d runs) returned %d runs", flowSlug, len(inputs), len(raws))
+	}
+	runs := make([]*RunWithStates, len(raws))
+	for i, raw := range raws {
+		if raw == nil {
+			return nil, pending, fmt.Errorf("pgflow.start_flows(flow %q): run %d of %d not found after its start", flowSlug, i+1, len(raws))
+		}
+		if runs[i], err = decodeRunWithStates(raw); err != nil {
+			return nil, pending, err
+		}
+	}
+	return runs, pending, nil
+}
+
 // StartFlows starts one run of flowSlug per input with pgflow.start_flows (one transaction, one round trip) and
 // returns the runs in input order. runIDs is nil for random ids, else one id per input ("" = random). A nil
 // input is SQL NULL. The call is atomic: on any error no run was started.

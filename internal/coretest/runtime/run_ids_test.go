@@ -118,3 +118,30 @@ func TestNewRunIDUsesTheCallsClock(t *testing.T) {
 	require.True(t, ordered)
 	require.Equal(t, 10000, fx.Val[int](t, db, `select count(distinct pgflow._new_run_id())::int from generate_series(1, 10000)`))
 }
+
+// pgflow._new_run_ids(n) makes n distinct version 7 ids in one call, in the order it made them (their timestamps
+// never decrease along the array and lie between clock readings taken around the call); n 0, negative or NULL
+// makes none.
+func TestNewRunIDsMakesABatchInOrder(t *testing.T) {
+	t.Parallel()
+	db := newDB(t).Pool
+	for _, n := range []string{"0", "-3", "null"} {
+		require.Equal(t, 0, fx.Val[int](t, db, `select cardinality(pgflow._new_run_ids(`+n+`::integer))`), "n = %s", n)
+	}
+
+	const n = 20000
+	lo := fx.Val[int64](t, db, clockMillis)
+	ids := fx.Val[[]string](t, db, `select pgflow._new_run_ids($1)::text[]`, n)
+	hi := fx.Val[int64](t, db, clockMillis)
+	require.Len(t, ids, n)
+	seen := make(map[string]bool, n)
+	prev := lo
+	for i, id := range ids {
+		require.False(t, seen[id], "run id %s made twice", id)
+		seen[id] = true
+		ms := v7Millis(t, id)
+		require.GreaterOrEqual(t, ms, prev, "id %d (%s) has an earlier timestamp than the one before it", i, id)
+		prev = ms
+	}
+	require.LessOrEqual(t, prev, hi, "timestamp of the last id after the call")
+}

@@ -84,6 +84,12 @@ func TestStartFlowsMatchesStartFlow(t *testing.T) {
 		tasks := tw.claim(t)
 		tw.complete(t, outputsFor(tasks, func(x fx.Task) string { return `"` + x.StepSlug + `"` }))
 	}
+
+	// A flow without steps has nothing to start: its runs complete in the call (start_flows takes its general path
+	// for it, not the one for flows whose roots start at once).
+	empty := newTwin(t, "select pgflow.create_flow('cmp')")
+	startBoth(t, empty, []string{`{"n": 1}`, `{"n": 2}`}, runIDs(2))
+	require.Equal(t, 2, fx.Val[int](t, empty.batch, `select count(*)::int from pgflow.runs where status = 'completed'`))
 }
 
 // Root maps: arrays of several sizes, the empty array (taskless map completed by cascade, then its dependent

@@ -13,7 +13,7 @@ import (
 	"github.com/pgflow-go/pgflow/internal/pgtest"
 )
 
-// The v0.20.0 migration grants pgflow._new_run_id() to the roles that could start runs (execute on start_flow or
+// The v0.20.0 migration grants pgflow._new_run_id() and pgflow._new_run_ids(integer) to the roles that could start runs (execute on start_flow or
 // start_flows) or insert them (the column default runs as the inserting role) before it. A role that could start
 // runs keeps starting them even where PUBLIC cannot execute the new function (roles.sql's default privileges
 // revoke it from PUBLIC for functions pgflow_owner creates), and its runs get version 7 ids.
@@ -34,18 +34,22 @@ func TestUpgradeToV020GrantsNewRunIDToStarters(t *testing.T) {
 
 	_, err := db.upTo(t, "v0.20.0")
 	require.NoError(t, err)
-	fx.Exec(t, db.Pool, "revoke execute on function pgflow._new_run_id() from public")
+	fx.Exec(t, db.Pool, "revoke execute on function pgflow._new_run_id(), pgflow._new_run_ids(integer) from public")
 
-	granted := fx.Val[[]string](t, db.Pool, `select coalesce(array_agg(a.grantee::regrole::text order by 1), '{}')
-		from pg_proc as p cross join lateral aclexplode(p.proacl) as a
-		where p.oid = 'pgflow._new_run_id()'::regprocedure and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner`)
-	require.Contains(t, granted, starter)
-	require.Contains(t, granted, inserter)
-	require.NotContains(t, granted, bystander, "a role that can neither start nor insert runs gets nothing")
+	for _, fn := range []string{"pgflow._new_run_id()", "pgflow._new_run_ids(integer)"} {
+		granted := fx.Val[[]string](t, db.Pool, `select coalesce(array_agg(a.grantee::regrole::text order by 1), '{}')
+			from pg_proc as p cross join lateral aclexplode(p.proacl) as a
+			where p.oid = $1::regprocedure and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner`, fn)
+		require.Contains(t, granted, starter, fn)
+		require.Contains(t, granted, inserter, fn)
+		require.NotContains(t, granted, bystander, "%s: a role that can neither start nor insert runs gets nothing", fn)
+	}
 
 	as := connectAs(t, db.URL, starter)
 	var id string
 	require.NoError(t, as.QueryRow(ctx, `select r.run_id::text from pgflow.start_flow('up', '{}') as r`).Scan(&id))
+	require.Equal(t, byte('7'), id[14], "version 7: %s", id)
+	require.NoError(t, as.QueryRow(ctx, `select r.run_id::text from pgflow.start_flows('up', array['{}'::jsonb]) as r`).Scan(&id))
 	require.Equal(t, byte('7'), id[14], "version 7: %s", id)
 }
 

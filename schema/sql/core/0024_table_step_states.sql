@@ -18,7 +18,9 @@ create table pgflow.step_states (
   skip_reason     text,
   skipped_at      timestamptz,
   constraint step_states_pkey primary key (run_id, step_slug),
-  constraint step_states_flow_slug_fkey foreign key (flow_slug) references pgflow.flows (flow_slug),
+  -- No foreign key of its own from flow_slug to flows (pgflow has step_states_flow_slug_fkey): the one to steps
+  -- below implies it (steps.flow_slug references flows), and every key checked costs an insert a query and a row
+  -- lock (v0.20.0).
   constraint step_states_run_id_fkey foreign key (run_id) references pgflow.runs (run_id),
   constraint step_states_flow_slug_step_slug_fkey foreign key (flow_slug, step_slug)
     references pgflow.steps (flow_slug, step_slug),

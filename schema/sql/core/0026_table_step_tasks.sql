@@ -26,7 +26,9 @@ create table pgflow.step_tasks (
   attempts_before_retry  int         not null default 0,
   constraint step_tasks_pkey primary key (run_id, step_slug, task_index),
   constraint step_tasks_flow_slug_fkey foreign key (flow_slug) references pgflow.flows (flow_slug),
-  constraint step_tasks_run_id_fkey foreign key (run_id) references pgflow.runs (run_id),
+  -- No foreign key of its own from run_id to runs (pgflow has step_tasks_run_id_fkey): the one to step_states
+  -- below implies it (step_states.run_id references runs), and every key checked costs an insert a query and a row
+  -- lock (v0.20.0).
   constraint step_tasks_run_id_step_slug_fkey foreign key (run_id, step_slug)
     references pgflow.step_states (run_id, step_slug),
   constraint step_tasks_last_worker_id_fkey foreign key (last_worker_id)

@@ -161,8 +161,11 @@ begin
     -- 'completed' in the same row version, with its output (single: the task's output; map: all task outputs as
     -- one array ordered by task_index).
     with counts as (
-      select x.run_id, x.step_slug, count(*)::integer as n
-        from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) with ordinality as x (run_id, step_slug, pos)
+      -- first_output: a single step's one task (index 0) completes in this call when the step does, so its output
+      -- is here and need not be read back from step_tasks.
+      select x.run_id, x.step_slug, count(*)::integer as n, (array_agg(x.output order by x.pos))[1] as first_output
+        from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.outputs)
+               with ordinality as x (run_id, step_slug, output, pos)
        where x.pos = any (v_fast)
        group by x.run_id, x.step_slug
     ),
@@ -179,10 +182,7 @@ begin
                           select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
                             from pgflow.step_tasks as t
                            where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.status = 'completed')
-                        else (
-                          select t.output
-                            from pgflow.step_tasks as t
-                           where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.task_index = 0)
+                        else c.first_output
                       end
         from counts as c
        where ss.ctid = any (v_state_tids)
@@ -318,11 +318,9 @@ begin
         into v_runs, v_run_events
         from updated as u;
 
-      -- One call for all events: per run, its step:completed events, then its run:completed.
-      perform pgflow._emit_events(array(
-        select e.p
-          from unnest(v_events || coalesce(v_run_events, '{}')) with ordinality as e (p, pos)
-         order by (e.p ->> 'run_id')::uuid, e.pos));
+      -- One call for all events: every step:completed (by run, then step_index), then every run:completed, so
+      -- each run's steps come before the run itself (no sort: sorting the payloads cost more than emitting them).
+      perform pgflow._emit_events(v_events || coalesce(v_run_events, '{}'));
 
       -- Taskless steps (maps over an empty array) that became ready complete by cascade. (The flows of these
       -- runs have no conditions, so resolving conditions first would change nothing.)
@@ -422,7 +420,8 @@ It guarantees:
     their step states (a step whose last task completes becomes 'completed' with its output in the same row
     version), one of the dependents (remaining_deps, map task counts), one UPDATE of the runs (a run left
     without steps becomes 'completed' in the same row version), step:completed and run:completed events in one
-    call (per run: its steps in step_index order, then the run), taskless steps cascade, one pgmq.archive call
+    call (every step:completed by run and step_index, then every run:completed: per run, its steps in
+    step_index order, then the run), taskless steps cascade, one pgmq.archive call
     per queue for their messages, ready steps of the runs where a dependent became ready or a cascade ran start
     through pgflow._start_ready_steps_batch, and runs finished by a cascade complete through
     pgflow._maybe_complete_runs; every other task goes through pgflow.complete_task itself, afterwards. Events of one run keep their causal order (a dependent's step:started may follow the

@@ -43,7 +43,7 @@ begin
   end if;
 
   insert into pgflow.runs (run_id, flow_slug, input, remaining_steps)
-  values (coalesce(start_flow.run_id, pgflow._new_run_id()), start_flow.flow_slug, start_flow.input, v_step_count)
+  values (coalesce(start_flow.run_id, (pgflow._new_run_ids(1))[1]), start_flow.flow_slug, start_flow.input, v_step_count)
   returning * into v_run;
   v_run_id := v_run.run_id;
 

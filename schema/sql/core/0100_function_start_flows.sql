@@ -55,10 +55,14 @@ begin
     end if;
   end if;
 
-  v_ids := array(
-    select coalesce(start_flows.run_ids[p.pos], pgflow._new_run_id())
-      from generate_series(1, v_n) as p (pos)
-     order by p.pos);
+  -- One call makes every new id (a call per id cost more than making the id: each call sets search_path).
+  v_ids := pgflow._new_run_ids(v_n);
+  if start_flows.run_ids is not null then
+    v_ids := array(
+      select coalesce(start_flows.run_ids[p.pos], v_ids[p.pos])
+        from generate_series(1, v_n) as p (pos)
+       order by p.pos);
+  end if;
 
   insert into pgflow.runs (run_id, flow_slug, input, remaining_steps)
   select x.run_id, start_flows.flow_slug, x.input, v_step_count
@@ -108,32 +112,39 @@ begin
       join pgflow.runs as r on r.run_id = x.run_id
      order by x.pos));
 
-  if v_conditions then
-    -- As start_flow: conditions first, then taskless steps, run by run.
-    for v_run in select x.run_id from unnest(v_ids) with ordinality as x (run_id, pos) order by x.pos loop
-      if pgflow.cascade_resolve_conditions(v_run.run_id) then
-        perform pgflow.cascade_complete_taskless_steps(v_run.run_id);
-      end if;
-    end loop;
+  if v_fold and v_step_count > 0 then
+    -- Every step without dependencies was inserted 'started' and every other step waits for one: nothing is
+    -- taskless, skipped or ready at the start, and no run can finish here. Only the started steps need their
+    -- tasks and messages.
+    perform pgflow._start_ready_steps_batch(null, v_started_runs, v_started_slugs);
   else
-    -- Without conditions only runs with a ready taskless step (a root map over an empty array) have anything to
-    -- cascade.
-    for v_run in
-      select distinct ss.run_id
-        from pgflow.step_states as ss
-       where ss.run_id = any (v_ids)
-         and ss.status = 'created'
-         and ss.remaining_deps = 0
-         and ss.initial_tasks = 0
-       order by ss.run_id
-    loop
-      perform pgflow.cascade_complete_taskless_steps(v_run.run_id);
-    end loop;
-  end if;
+    if v_conditions then
+      -- As start_flow: conditions first, then taskless steps, run by run.
+      for v_run in select x.run_id from unnest(v_ids) with ordinality as x (run_id, pos) order by x.pos loop
+        if pgflow.cascade_resolve_conditions(v_run.run_id) then
+          perform pgflow.cascade_complete_taskless_steps(v_run.run_id);
+        end if;
+      end loop;
+    else
+      -- Without conditions only runs with a ready taskless step (a root map over an empty array) have anything to
+      -- cascade.
+      for v_run in
+        select distinct ss.run_id
+          from pgflow.step_states as ss
+         where ss.run_id = any (v_ids)
+           and ss.status = 'created'
+           and ss.remaining_deps = 0
+           and ss.initial_tasks = 0
+         order by ss.run_id
+      loop
+        perform pgflow.cascade_complete_taskless_steps(v_run.run_id);
+      end loop;
+    end if;
 
-  -- Runs whose conditions failed them are no longer 'started': both calls leave them alone.
-  perform pgflow._start_ready_steps_batch(v_ids, v_started_runs, v_started_slugs);
-  perform pgflow._maybe_complete_runs(v_ids);
+    -- Runs whose conditions failed them are no longer 'started': both calls leave them alone.
+    perform pgflow._start_ready_steps_batch(v_ids, v_started_runs, v_started_slugs);
+    perform pgflow._maybe_complete_runs(v_ids);
+  end if;
 
   return query
     select r.*

@@ -85,6 +85,12 @@ drop index pgflow.idx_step_tasks_queued;
 drop index pgflow.idx_step_tasks_queued_msg;
 drop index pgflow.idx_step_tasks_completed;
 
+-- Two foreign keys fewer, both implied by others (see sql/core/0024_table_step_states.sql and
+-- 0026_table_step_tasks.sql): a step state's flow is its step's flow, and a task's run is its step state's run.
+-- Each was a query and a row lock for every row inserted.
+alter table pgflow.step_states drop constraint step_states_flow_slug_fkey;
+alter table pgflow.step_tasks drop constraint step_tasks_run_id_fkey;
+
 -- >>> Targeted wake, listening workers only (issue 16) - one block: the workers table, heartbeat_worker.
 -- pgflow._wake_queue looks up one alive worker of a queue per wake, among those whose heartbeat says they listen on
 -- their own channel (listens_at; a constant-free nullable column: no table rewrite, every existing row counts as
@@ -306,6 +312,35 @@ comment on column pgflow.schedules.paused_at is
 
 -- New and changed functions, generated from sql/core (`go generate ./schema`).
 
+-- generated from sql/core: 0009_function__new_run_ids.sql
+create or replace function pgflow._new_run_ids(n integer)
+returns uuid[]
+language sql
+volatile
+parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+  -- gen_random_uuid() already carries the RFC variant bits (10) and 122 random bits: its first 6 bytes become the
+  -- Unix time in milliseconds (big-endian, the low 6 bytes of an int8) and its version nibble 4 becomes 7. The
+  -- subquery in FROM is evaluated once per element (its volatile target list keeps it from being pulled up).
+  select coalesce(array_agg(encode(set_byte(overlay(r.b placing substring(int8send(r.ms) from 3 for 6) from 1 for 6),
+                                            6, (get_byte(r.b, 6) & 15) | 112),
+                                   'hex')::uuid order by r.i),
+                  '{}')
+    from (select g.i,
+                 uuid_send(gen_random_uuid()) as b,
+                 floor(extract(epoch from clock_timestamp()) * 1000)::int8 as ms
+            from generate_series(1, n) as g (i)) as r
+$$;
+
+comment on function pgflow._new_run_ids(n integer) is $doc$
+pgflow._new_run_ids(n) guarantees (v0.20.0): an array of n fresh run ids, each exactly what pgflow._new_run_id()
+makes (the version 7 layout of RFC 9562: the Unix time in milliseconds of clock_timestamp() when that element is
+made, version 7, the RFC variant, 74 random bits), in the order they were made; an empty array for n 0 or less
+or NULL. One call for a batch of runs (start_flows): a call per id costs more than the id.
+$doc$;
+-- end generated
+
 -- generated from sql/core: 0010_function__new_run_id.sql
 create or replace function pgflow._new_run_id()
 returns uuid
@@ -314,26 +349,20 @@ volatile
 parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
-  -- gen_random_uuid() already carries the RFC variant bits (10) and 122 random bits: its first 6 bytes become the
-  -- Unix time in milliseconds (big-endian, the low 6 bytes of an int8) and its version nibble 4 becomes 7.
-  select encode(set_byte(overlay(r.b placing substring(int8send(r.ms) from 3 for 6) from 1 for 6),
-                         6, (get_byte(r.b, 6) & 15) | 112),
-                'hex')::uuid
-    from (select uuid_send(gen_random_uuid()) as b,
-                 floor(extract(epoch from clock_timestamp()) * 1000)::int8 as ms) as r
+  select (pgflow._new_run_ids(1))[1]
 $$;
 
 comment on function pgflow._new_run_id() is $doc$
-pgflow._new_run_id() guarantees (v0.20.0): a fresh run id in the version 7 layout of RFC 9562 - the id
-start_flow and start_flows give a run when the caller passes none, and the default of runs.run_id. Bits 0-47 are
-the Unix time in milliseconds of clock_timestamp() at the call (not of the transaction's start), then version 7,
-then the RFC variant bits 10; the other 74 bits are random (from gen_random_uuid, the same source as before
-v0.20.0). Ids made in different milliseconds never collide; within one millisecond two ids collide with
-probability 2^-74. Ids made in different milliseconds sort (uuid order, bytewise) in the order of their clocks,
-so new runs land at the right end of every index that leads with run_id instead of on random pages of it.
-Within one millisecond the order is random: not monotonic, no counter, no state shared between sessions. The
-order holds only as far as the server's clock does (a clock set back gives smaller ids). Volatile; reads and
-writes no table. The time of the start is readable from the id.
+pgflow._new_run_id() guarantees (v0.20.0): a fresh run id in the version 7 layout of RFC 9562 - the id start_flow
+and start_flows give a run when the caller passes none (they make it with pgflow._new_run_ids), and the default of
+runs.run_id. Bits 0-47 are the Unix time in milliseconds of clock_timestamp() at the call (not of the transaction's
+start), then version 7, then the RFC variant bits 10; the other 74 bits are random (from gen_random_uuid, the same
+source as before v0.20.0). Ids made in different milliseconds never collide; within one millisecond two ids collide
+with probability 2^-74. Ids made in different milliseconds sort (uuid order, bytewise) in the order of their
+clocks, so new runs land at the right end of every index that leads with run_id instead of on random pages of it.
+Within one millisecond the order is random: not monotonic, no counter, no state shared between sessions. The order
+holds only as far as the server's clock does (a clock set back gives smaller ids). Volatile; reads and writes no
+table. The time of the start is readable from the id.
 $doc$;
 -- end generated
 
@@ -343,7 +372,8 @@ $doc$;
 alter table pgflow.runs
   alter column run_id set default pgflow._new_run_id();
 
--- Roles that may start runs or insert them (the column default runs as the inserting role) may make their ids.
+-- Roles that may start runs or insert them (the column default runs as the inserting role) may make their ids
+-- (start_flow and start_flows make them with pgflow._new_run_ids).
 do $run_id_grants$
 declare
   v_grantee text;
@@ -366,7 +396,7 @@ begin
        and a.grantee <> 0
        and a.grantee <> c.relowner
   loop
-    execute format('grant execute on function pgflow._new_run_id() to %s', v_grantee);
+    execute format('grant execute on function pgflow._new_run_id(), pgflow._new_run_ids(integer) to %s', v_grantee);
   end loop;
 end;
 $run_id_grants$;
@@ -2289,8 +2319,11 @@ begin
     -- 'completed' in the same row version, with its output (single: the task's output; map: all task outputs as
     -- one array ordered by task_index).
     with counts as (
-      select x.run_id, x.step_slug, count(*)::integer as n
-        from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) with ordinality as x (run_id, step_slug, pos)
+      -- first_output: a single step's one task (index 0) completes in this call when the step does, so its output
+      -- is here and need not be read back from step_tasks.
+      select x.run_id, x.step_slug, count(*)::integer as n, (array_agg(x.output order by x.pos))[1] as first_output
+        from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.outputs)
+               with ordinality as x (run_id, step_slug, output, pos)
        where x.pos = any (v_fast)
        group by x.run_id, x.step_slug
     ),
@@ -2307,10 +2340,7 @@ begin
                           select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
                             from pgflow.step_tasks as t
                            where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.status = 'completed')
-                        else (
-                          select t.output
-                            from pgflow.step_tasks as t
-                           where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.task_index = 0)
+                        else c.first_output
                       end
         from counts as c
        where ss.ctid = any (v_state_tids)
@@ -2446,11 +2476,9 @@ begin
         into v_runs, v_run_events
         from updated as u;
 
-      -- One call for all events: per run, its step:completed events, then its run:completed.
-      perform pgflow._emit_events(array(
-        select e.p
-          from unnest(v_events || coalesce(v_run_events, '{}')) with ordinality as e (p, pos)
-         order by (e.p ->> 'run_id')::uuid, e.pos));
+      -- One call for all events: every step:completed (by run, then step_index), then every run:completed, so
+      -- each run's steps come before the run itself (no sort: sorting the payloads cost more than emitting them).
+      perform pgflow._emit_events(v_events || coalesce(v_run_events, '{}'));
 
       -- Taskless steps (maps over an empty array) that became ready complete by cascade. (The flows of these
       -- runs have no conditions, so resolving conditions first would change nothing.)
@@ -2550,7 +2578,8 @@ It guarantees:
     their step states (a step whose last task completes becomes 'completed' with its output in the same row
     version), one of the dependents (remaining_deps, map task counts), one UPDATE of the runs (a run left
     without steps becomes 'completed' in the same row version), step:completed and run:completed events in one
-    call (per run: its steps in step_index order, then the run), taskless steps cascade, one pgmq.archive call
+    call (every step:completed by run and step_index, then every run:completed: per run, its steps in
+    step_index order, then the run), taskless steps cascade, one pgmq.archive call
     per queue for their messages, ready steps of the runs where a dependent became ready or a cascade ran start
     through pgflow._start_ready_steps_batch, and runs finished by a cascade complete through
     pgflow._maybe_complete_runs; every other task goes through pgflow.complete_task itself, afterwards. Events of one run keep their causal order (a dependent's step:started may follow the
@@ -4477,7 +4506,7 @@ begin
   end if;
 
   insert into pgflow.runs (run_id, flow_slug, input, remaining_steps)
-  values (coalesce(start_flow.run_id, pgflow._new_run_id()), start_flow.flow_slug, start_flow.input, v_step_count)
+  values (coalesce(start_flow.run_id, (pgflow._new_run_ids(1))[1]), start_flow.flow_slug, start_flow.input, v_step_count)
   returning * into v_run;
   v_run_id := v_run.run_id;
 
@@ -4593,10 +4622,14 @@ begin
     end if;
   end if;
 
-  v_ids := array(
-    select coalesce(start_flows.run_ids[p.pos], pgflow._new_run_id())
-      from generate_series(1, v_n) as p (pos)
-     order by p.pos);
+  -- One call makes every new id (a call per id cost more than making the id: each call sets search_path).
+  v_ids := pgflow._new_run_ids(v_n);
+  if start_flows.run_ids is not null then
+    v_ids := array(
+      select coalesce(start_flows.run_ids[p.pos], v_ids[p.pos])
+        from generate_series(1, v_n) as p (pos)
+       order by p.pos);
+  end if;
 
   insert into pgflow.runs (run_id, flow_slug, input, remaining_steps)
   select x.run_id, start_flows.flow_slug, x.input, v_step_count
@@ -4646,32 +4679,39 @@ begin
       join pgflow.runs as r on r.run_id = x.run_id
      order by x.pos));
 
-  if v_conditions then
-    -- As start_flow: conditions first, then taskless steps, run by run.
-    for v_run in select x.run_id from unnest(v_ids) with ordinality as x (run_id, pos) order by x.pos loop
-      if pgflow.cascade_resolve_conditions(v_run.run_id) then
-        perform pgflow.cascade_complete_taskless_steps(v_run.run_id);
-      end if;
-    end loop;
+  if v_fold and v_step_count > 0 then
+    -- Every step without dependencies was inserted 'started' and every other step waits for one: nothing is
+    -- taskless, skipped or ready at the start, and no run can finish here. Only the started steps need their
+    -- tasks and messages.
+    perform pgflow._start_ready_steps_batch(null, v_started_runs, v_started_slugs);
   else
-    -- Without conditions only runs with a ready taskless step (a root map over an empty array) have anything to
-    -- cascade.
-    for v_run in
-      select distinct ss.run_id
-        from pgflow.step_states as ss
-       where ss.run_id = any (v_ids)
-         and ss.status = 'created'
-         and ss.remaining_deps = 0
-         and ss.initial_tasks = 0
-       order by ss.run_id
-    loop
-      perform pgflow.cascade_complete_taskless_steps(v_run.run_id);
-    end loop;
-  end if;
+    if v_conditions then
+      -- As start_flow: conditions first, then taskless steps, run by run.
+      for v_run in select x.run_id from unnest(v_ids) with ordinality as x (run_id, pos) order by x.pos loop
+        if pgflow.cascade_resolve_conditions(v_run.run_id) then
+          perform pgflow.cascade_complete_taskless_steps(v_run.run_id);
+        end if;
+      end loop;
+    else
+      -- Without conditions only runs with a ready taskless step (a root map over an empty array) have anything to
+      -- cascade.
+      for v_run in
+        select distinct ss.run_id
+          from pgflow.step_states as ss
+         where ss.run_id = any (v_ids)
+           and ss.status = 'created'
+           and ss.remaining_deps = 0
+           and ss.initial_tasks = 0
+         order by ss.run_id
+      loop
+        perform pgflow.cascade_complete_taskless_steps(v_run.run_id);
+      end loop;
+    end if;
 
-  -- Runs whose conditions failed them are no longer 'started': both calls leave them alone.
-  perform pgflow._start_ready_steps_batch(v_ids, v_started_runs, v_started_slugs);
-  perform pgflow._maybe_complete_runs(v_ids);
+    -- Runs whose conditions failed them are no longer 'started': both calls leave them alone.
+    perform pgflow._start_ready_steps_batch(v_ids, v_started_runs, v_started_slugs);
+    perform pgflow._maybe_complete_runs(v_ids);
+  end if;
 
   return query
     select r.*

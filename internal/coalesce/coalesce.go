@@ -1,0 +1,151 @@
+// Package coalesce runs concurrent calls that share a key as one batch: group commit for calls that each would
+// be a transaction of their own.
+//
+// The first call of a key starts a batch at once, so a call that finds no other in flight waits for nothing.
+// Calls that arrive while a batch of their key is in flight wait for it to finish and then go together, as the
+// next batch (up to a maximum size). Under load this turns many small transactions into few larger ones without a
+// timer: the batch size follows the arrival rate and the duration of a batch.
+//
+// It knows nothing of the database: the batch function does the work.
+package coalesce
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// BatchFunc does the work of one batch: ins[i] is the input of the i-th call, and on success out[i] is its result
+// (len(out) must equal len(ins)). An error fails every call of the batch. ctx is cancelled only when every call
+// of the batch has stopped waiting (its own context ended); it carries the values of the batch's first call.
+type BatchFunc[In, Out any] func(ctx context.Context, key string, ins []In) (out []Out, err error)
+
+// Group coalesces the calls of Do by key. Its zero value is not usable: use New. It is safe for concurrent use.
+type Group[In, Out any] struct {
+	run      BatchFunc[In, Out]
+	maxBatch int
+
+	mu   sync.Mutex
+	keys map[string]*queue[In, Out] // keys with a batch in flight or calls waiting
+}
+
+type queue[In, Out any] struct {
+	waiting []*call[In, Out]
+}
+
+type call[In, Out any] struct {
+	ctx   context.Context
+	in    In
+	done  chan result[Out] // buffered: the batch never blocks on a caller that stopped waiting
+	taken bool             // a batch took it (guarded by Group.mu)
+}
+
+type result[Out any] struct {
+	out Out
+	err error
+}
+
+// New returns a Group that runs batches with run, at most maxBatch calls each (at least 1).
+func New[In, Out any](run BatchFunc[In, Out], maxBatch int) *Group[In, Out] {
+	return &Group[In, Out]{run: run, maxBatch: max(1, maxBatch), keys: map[string]*queue[In, Out]{}}
+}
+
+// Do runs in as part of a batch of calls with the same key and returns its result. When ctx ends before a batch
+// took the call, the call is withdrawn (its input is never passed to the batch function) and Do returns ctx's
+// error; when ctx ends while its batch runs, Do returns ctx's error at once and the outcome of the call is
+// unknown to the caller (as for any call whose context ends while the database works on it).
+func (g *Group[In, Out]) Do(ctx context.Context, key string, in In) (Out, error) {
+	c := &call[In, Out]{ctx: ctx, in: in, done: make(chan result[Out], 1)}
+	g.mu.Lock()
+	q := g.keys[key]
+	if q == nil {
+		q = &queue[In, Out]{}
+		g.keys[key] = q
+		go g.drain(key, q)
+	}
+	q.waiting = append(q.waiting, c)
+	g.mu.Unlock()
+
+	select {
+	case r := <-c.done:
+		return r.out, r.err
+	case <-ctx.Done():
+		g.mu.Lock()
+		if !c.taken {
+			for i, w := range q.waiting {
+				if w == c {
+					q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
+					break
+				}
+			}
+		}
+		g.mu.Unlock()
+		var zero Out
+		return zero, ctx.Err()
+	}
+}
+
+// Waiting reports how many calls of key wait for a batch (not counting those of the batch in flight).
+func (g *Group[In, Out]) Waiting(key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if q := g.keys[key]; q != nil {
+		return len(q.waiting)
+	}
+	return 0
+}
+
+// drain runs the batches of key until no call waits; then the key is forgotten (the next call starts anew).
+func (g *Group[In, Out]) drain(key string, q *queue[In, Out]) {
+	for {
+		g.mu.Lock()
+		if len(q.waiting) == 0 {
+			delete(g.keys, key)
+			g.mu.Unlock()
+			return
+		}
+		n := min(len(q.waiting), g.maxBatch)
+		batch := make([]*call[In, Out], n)
+		copy(batch, q.waiting)
+		q.waiting = append(q.waiting[:0], q.waiting[n:]...)
+		for _, c := range batch {
+			c.taken = true
+		}
+		g.mu.Unlock()
+		g.runBatch(key, batch)
+	}
+}
+
+func (g *Group[In, Out]) runBatch(key string, batch []*call[In, Out]) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
+	defer cancel()
+	// The batch is abandoned only when nobody waits for it any more.
+	live := int64(len(batch))
+	stops := make([]func() bool, len(batch))
+	for i, c := range batch {
+		stops[i] = context.AfterFunc(c.ctx, func() {
+			if atomic.AddInt64(&live, -1) == 0 {
+				cancel()
+			}
+		})
+	}
+	ins := make([]In, len(batch))
+	for i, c := range batch {
+		ins[i] = c.in
+	}
+	out, err := g.run(ctx, key, ins)
+	for _, stop := range stops {
+		stop()
+	}
+	if err == nil && len(out) != len(ins) {
+		err = fmt.Errorf("coalesce: the batch function returned %d results for %d calls", len(out), len(ins))
+	}
+	for i, c := range batch {
+		if err != nil {
+			c.done <- result[Out]{err: err}
+			continue
+		}
+		c.done <- result[Out]{out: out[i]}
+	}
+}

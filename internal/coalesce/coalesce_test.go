@@ -1,0 +1,141 @@
+package coalesce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// gate is a batch function that records its batches and runs each only when the test lets it.
+type gate struct {
+	mu      sync.Mutex
+	batches [][]int
+	entered chan struct{}
+	proceed chan struct{}
+}
+
+func newGate() *gate { return &gate{entered: make(chan struct{}, 100), proceed: make(chan struct{})} }
+
+func (g *gate) run(ctx context.Context, key string, ins []int) ([]string, error) {
+	g.mu.Lock()
+	g.batches = append(g.batches, append([]int(nil), ins...))
+	g.mu.Unlock()
+	g.entered <- struct{}{}
+	select {
+	case <-g.proceed:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	out := make([]string, len(ins))
+	for i, in := range ins {
+		out[i] = fmt.Sprintf("%s:%d", key, in)
+	}
+	return out, nil
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		require.True(t, time.Now().Before(deadline), "condition not reached")
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Calls that arrive while a batch of their key runs form the next batch (up to the maximum size); keys do not
+// wait for each other; every call gets its own result.
+func TestCallsWaitingForABatchRunTogether(t *testing.T) {
+	g := newGate()
+	grp := New(g.run, 3)
+	ctx := context.Background()
+	results := make(chan string, 10)
+	do := func(key string, in int) {
+		go func() {
+			out, err := grp.Do(ctx, key, in)
+			if err != nil {
+				out = err.Error()
+			}
+			results <- out
+		}()
+	}
+	do("a", 0)
+	<-g.entered // batch [0] of a is in flight
+	for i := 1; i <= 4; i++ {
+		do("a", i)
+	}
+	waitUntil(t, func() bool { return grp.Waiting("a") == 4 })
+	do("b", 9)
+	<-g.entered      // b runs at once, beside a's batch
+	close(g.proceed) // every batch may finish now: a's four waiting calls go as [1 2 3], then [4]
+	got := map[string]bool{}
+	for range 6 {
+		got[<-results] = true
+	}
+	require.Equal(t, map[string]bool{"a:0": true, "a:1": true, "a:2": true, "a:3": true, "a:4": true, "b:9": true}, got)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var sizes []int
+	for _, b := range g.batches {
+		sizes = append(sizes, len(b))
+	}
+	require.ElementsMatch(t, []int{1, 1, 3, 1}, sizes, "a: [0], then at most 3 of the 4 waiting, then the last; b: [9]")
+	require.Equal(t, 0, grp.Waiting("a"))
+}
+
+// The batch's context ends only when every call of the batch stopped waiting; a batch function error reaches
+// every call of its batch.
+func TestBatchContextEndsWhenNoCallWaits(t *testing.T) {
+	g := newGate()
+	grp := New(g.run, 10)
+	blocker := make(chan error, 1)
+	go func() {
+		_, err := grp.Do(context.Background(), "k", 0)
+		blocker <- err
+	}()
+	<-g.entered
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	errs := make(chan error, 2)
+	for _, ctx := range []context.Context{ctx1, ctx2} {
+		go func() {
+			_, err := grp.Do(ctx, "k", 1)
+			errs <- err
+		}()
+	}
+	waitUntil(t, func() bool { return grp.Waiting("k") == 2 })
+	g.proceed <- struct{}{} // the first batch ends; the two calls start the second one
+	require.NoError(t, <-blocker)
+	<-g.entered
+	cancel1()
+	require.ErrorIs(t, <-errs, context.Canceled)
+	g.mu.Lock()
+	require.Len(t, g.batches, 2)
+	g.mu.Unlock()
+	cancel2() // nobody waits any more: the batch's context ends and the batch function returns
+	require.ErrorIs(t, <-errs, context.Canceled)
+	waitUntil(t, func() bool {
+		grp.mu.Lock()
+		defer grp.mu.Unlock()
+		return len(grp.keys) == 0
+	})
+}
+
+// A batch function that returns an error, or the wrong number of results, fails every call of its batch.
+func TestBatchErrorsReachEveryCall(t *testing.T) {
+	boom := errors.New("boom")
+	grp := New(func(_ context.Context, _ string, ins []int) ([]int, error) {
+		if ins[0] < 0 {
+			return nil, boom
+		}
+		return ins[:0], nil
+	}, 5)
+	_, err := grp.Do(context.Background(), "k", -1)
+	require.ErrorIs(t, err, boom)
+	_, err = grp.Do(context.Background(), "k", 1)
+	require.EqualError(t, err, "coalesce: the batch function returned 0 results for 1 calls")
+}
