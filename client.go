@@ -41,8 +41,8 @@ type Client struct {
 	schemaOK atomic.Bool
 	// read reads a run with its step states; WaitRun and Subscribe read through it.
 	read func(ctx context.Context, id string) (*Run, error)
-	// starts coalesces concurrent StartRun calls of one flow (no transaction, no run id) into one start_flows call;
-	// startsOff is set once the role turned out not to be allowed to call start_flows.
+	// starts coalesces concurrent StartRun calls of one flow (no transaction, no run id) into one
+	// start_flows_with_states call; startsOff is set once the role turned out not to be allowed to call it.
 	starts    *coalesce.Group[json.RawMessage, *sqlapi.RunWithStates]
 	startsOff atomic.Bool
 }
@@ -167,7 +167,8 @@ func encodeStart[I any](flow *Flow[I], runID string, input I) (json.RawMessage, 
 // database's message.
 //
 // Concurrent calls of one flow without a transaction and without StartOpts.RunID share a transaction when they
-// meet: calls that arrive while a start of the flow is in flight go together as the next pgflow.start_flows call
+// meet: calls that arrive while a start of the flow is in flight go together as the next
+// pgflow.start_flows_with_states call
 // (group commit; a call that finds none in flight goes at once). Each still gets its own run, outcome and error:
 // a batch the database refuses is rolled back and its calls start one by one. See docs/client.md.
 func (c *Client) StartRunJSON(ctx context.Context, flowSlug string, input json.RawMessage, opts *StartOpts) (*Run, error) {
@@ -227,7 +228,7 @@ func (c *Client) start(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowSlug 
 		// The batch was rolled back (an input, the flow or the role was refused): start alone, which gives this
 		// call its own outcome and error.
 		if pgerr.Code(err) == "42501" && c.startsOff.CompareAndSwap(false, true) {
-			c.log.Info("pgflow: this role may not call pgflow.start_flows; concurrent StartRun calls start one run per transaction",
+			c.log.Info("pgflow: this role may not call pgflow.start_flows_with_states; concurrent StartRun calls start one run per transaction",
 				"error", err)
 		}
 	}
@@ -295,7 +296,8 @@ func (c *Client) startOnce(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowS
 // maxCoalescedStarts bounds the runs one coalesced start_flows call starts.
 const maxCoalescedStarts = 100
 
-// startBatch starts the runs of concurrent StartRun calls of one flow in one start_flows call (one transaction):
+// startBatch starts the runs of concurrent StartRun calls of one flow in one start_flows_with_states call (one
+// transaction):
 // under load, runs arriving while a start is in flight share the next one, and with it its commit and its
 // round trip, instead of queueing one transaction each.
 func (c *Client) startBatch(ctx context.Context, flowSlug string, inputs []json.RawMessage) ([]*sqlapi.RunWithStates, error) {

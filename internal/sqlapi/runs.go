@@ -468,16 +468,11 @@ func StartFlowsDeferred(ctx context.Context, db Batcher, flowSlug string, inputs
 	return runs, pending, nil
 }
 
-// startFlowsWithStatesSQL starts the runs with start_flows and reads each with get_run_with_states in the same
-// statement: start_flows has finished (a set-returning PL/pgSQL function returns its rows when it is done) before
-// the first get_run_with_states, whose statements see what it wrote.
-const startFlowsWithStatesSQL = `select pgflow.get_run_with_states(run_id => r.run_id)
-   from pgflow.start_flows(flow_slug => $1::text, inputs => $2::jsonb[]) with ordinality as r
-  order by r.ordinality`
+const startFlowsWithStatesSQL = `select s from pgflow.start_flows_with_states(flow_slug => $1::text, inputs => $2::jsonb[]) as s`
 
-// StartFlowsWithStatesDeferred starts one run of flowSlug per input in one call of pgflow.start_flows (one
-// transaction) and returns each run as StartFlowWithStates returns it (the run and its step states at the end of
-// the start), in input order. Notifications are deferred as in StartFlowsDeferred.
+// StartFlowsWithStatesDeferred starts one run of flowSlug per input in one call of pgflow.start_flows_with_states
+// (start_flows: one transaction) and returns each run as StartFlowWithStates returns it (the run and its step
+// states at the end of the start), in input order. Notifications are deferred as in StartFlowsDeferred.
 func StartFlowsWithStatesDeferred(ctx context.Context, db Batcher, flowSlug string, inputs []json.RawMessage) ([]*RunWithStates, Notifications, error) {
 	if len(inputs) == 0 {
 		return nil, "", nil

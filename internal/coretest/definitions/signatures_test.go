@@ -71,7 +71,7 @@ func TestEveryFunctionPinsSearchPath(t *testing.T) {
 		                                         'enable_seqscan=off']`)
 	require.Empty(t, unpinned)
 	require.ElementsMatch(t, []string{"complete_task", "complete_tasks", "fail_task", "read_and_start_tasks", "start_flow",
-		"start_flow_with_states", "start_flows", "start_tasks"}, queryVal[[]string](t, pool, `
+		"start_flow_with_states", "start_flows", "start_flows_with_states", "start_tasks"}, queryVal[[]string](t, pool, `
 		select coalesce(array_agg(p.proname::text), '{}') from pg_proc p
 		where p.pronamespace = 'pgflow'::regnamespace and 'plan_cache_mode=force_generic_plan' = any (p.proconfig)
 		  and 'enable_seqscan=off' = any (p.proconfig)`),

@@ -88,7 +88,7 @@ func TestNoGrantedFunctionRunsAttackerCodeWithOtherRights(t *testing.T) {
 			require.NotEmpty(t, fns, "the scenario grants some function")
 			if sc.name == "pgflow_client" {
 				require.ElementsMatch(t, []string{"pgflow.get_run_with_states", "pgflow.pause_schedule", "pgflow.resume_schedule",
-					"pgflow.schema_version", "pgflow.start_flow_with_states"}, fnNames(fns))
+					"pgflow.schema_version", "pgflow.start_flow_with_states", "pgflow.start_flows_with_states"}, fnNames(fns))
 			}
 
 			conn, notices := attackerSession(t, db.URL, attacker)

@@ -45,6 +45,15 @@ func TestUpgradeToV020GrantsNewRunIDToStarters(t *testing.T) {
 		require.NotContains(t, granted, bystander, "%s: a role that can neither start nor insert runs gets nothing", fn)
 	}
 
+	// Who could start runs with start_flow_with_states may start several with start_flows_with_states.
+	canBatch := fx.Val[[]string](t, db.Pool, `select coalesce(array_agg(a.grantee::regrole::text order by 1), '{}')
+		from pg_proc as p cross join lateral aclexplode(p.proacl) as a
+		where p.oid = 'pgflow.start_flows_with_states(text, jsonb[])'::regprocedure and a.privilege_type = 'EXECUTE'
+		  and a.grantee <> p.proowner and a.grantee <> 0`)
+	require.Contains(t, canBatch, starter)
+	require.NotContains(t, canBatch, inserter)
+	require.NotContains(t, canBatch, bystander)
+
 	as := connectAs(t, db.URL, starter)
 	var id string
 	require.NoError(t, as.QueryRow(ctx, `select r.run_id::text from pgflow.start_flow('up', '{}') as r`).Scan(&id))

@@ -4779,6 +4779,56 @@ operator can grant API users this one function instead of the tables.
 $doc$;
 -- end generated
 
+-- generated from sql/core: 0100_function_start_flows_with_states.sql
+create or replace function pgflow.start_flows_with_states(flow_slug text, inputs jsonb[])
+returns setof jsonb
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pg_temp
+-- As start_flow_with_states: one plan per session, never a sequential scan (docs/performance.md).
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+as $$
+begin
+  -- start_flows returns when it is done; each get_run_with_states then reads what it wrote.
+  return query
+    select pgflow.get_run_with_states(r.run_id)
+      from pgflow.start_flows(start_flows_with_states.flow_slug, start_flows_with_states.inputs)
+             with ordinality as r
+     order by r.ordinality;
+end;
+$$;
+
+comment on function pgflow.start_flows_with_states(flow_slug text, inputs jsonb[]) is $doc$
+pgflow.start_flows_with_states(flow_slug, inputs) guarantees (v0.20.0): exactly pgflow.start_flows(flow_slug,
+inputs) (same checks, effects and errors; new run ids; one transaction: all runs start or none), then returns, in
+the order of inputs, pgflow.get_run_with_states of each new run as it is at the end of the call. SECURITY DEFINER
+like start_flow_with_states, so the role that may start runs one at a time (roles.sql's pgflow_client) may also
+start several in one call: the Go client coalesces concurrent starts of one flow into one such call.
+$doc$;
+-- end generated
+
+-- Roles that may start runs one at a time with start_flow_with_states may start several in one call (the Go
+-- client coalesces concurrent starts into it).
+do $start_flows_with_states_grants$
+declare
+  v_grantee text;
+begin
+  for v_grantee in
+    select distinct a.grantee::regrole::text
+      from pg_catalog.pg_proc as p
+      cross join lateral pg_catalog.aclexplode(p.proacl) as a
+     where p.oid = pg_catalog.to_regprocedure('pgflow.start_flow_with_states(text,jsonb,uuid)')
+       and a.privilege_type = 'EXECUTE'
+       and a.grantee <> 0
+       and a.grantee <> p.proowner
+  loop
+    execute format('grant execute on function pgflow.start_flows_with_states(text, jsonb[]) to %s', v_grantee);
+  end loop;
+end;
+$start_flows_with_states_grants$;
+
 -- generated from sql/core: 0100_function__maybe_complete_runs.sql
 create or replace function pgflow._maybe_complete_runs(run_ids uuid[])
 returns void

@@ -231,6 +231,14 @@ $realtime$;
 grant usage on schema pgflow to pgflow_client;
 grant execute on function pgflow.start_flow_with_states(text, jsonb, uuid), pgflow.get_run_with_states(uuid)
   to pgflow_client;
+-- Several runs in one call (v0.20.0): the Go client coalesces concurrent starts of one flow into it.
+do $client_start_flows$
+begin
+  if pg_catalog.to_regprocedure('pgflow.start_flows_with_states(text,jsonb[])') is not null then
+    grant execute on function pgflow.start_flows_with_states(text, jsonb[]) to pgflow_client;
+  end if;
+end;
+$client_start_flows$;
 -- The Go client checks the schema version once (pgflow.schema_version(), v0.20.0): a constant, nothing to read.
 do $client_version$
 begin
