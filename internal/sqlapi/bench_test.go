@@ -131,6 +131,53 @@ func BenchmarkStartFlows(b *testing.B) {
 	report(b, pool, before, b.N)
 }
 
+// BenchmarkStartFlowWithStatesAlone is a lone Client.StartRun as it was before v0.20.0 coalesced them, and as it
+// still is with a run id or a transaction: one start_flow_with_states per run, its notifications sent after the
+// commit.
+func BenchmarkStartFlowWithStatesAlone(b *testing.B) {
+	pool := benchDB(b)
+	ctx := context.Background()
+	before := readCounters(b, pool)
+	b.ResetTimer()
+	for range b.N {
+		_, notes, err := sqlapi.StartFlowWithStatesDeferred(ctx, pool, benchFlow, json.RawMessage(`{}`), "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := notes.Send(ctx, pool); err != nil {
+			b.Fatal(err)
+		}
+	}
+	report(b, pool, before, b.N)
+}
+
+// BenchmarkStartFlowsWithStatesCoalesced is what 16 concurrent Client.StartRun calls of one flow cost per run when
+// they meet: one start_flows_with_states call for the 16, its notifications sent after the commit.
+func BenchmarkStartFlowsWithStatesCoalesced(b *testing.B) {
+	const together = 16
+	pool := benchDB(b)
+	ctx := context.Background()
+	inputs := make([]json.RawMessage, together)
+	for i := range inputs {
+		inputs[i] = json.RawMessage(`{}`)
+	}
+	before := readCounters(b, pool)
+	b.ResetTimer()
+	for done := 0; done < b.N; done += together {
+		runs, notes, err := sqlapi.StartFlowsWithStatesDeferred(ctx, pool, benchFlow, inputs[:min(together, b.N-done)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(runs) != min(together, b.N-done) || len(runs[0].Steps) != 1 {
+			b.Fatalf("started %d runs, the first with %d steps", len(runs), len(runs[0].Steps))
+		}
+		if err := notes.Send(ctx, pool); err != nil {
+			b.Fatal(err)
+		}
+	}
+	report(b, pool, before, b.N)
+}
+
 // BenchmarkReadThenStartTasks is pgflow's path: pgmq.read, then start_tasks of the ids read (two round trips).
 func BenchmarkReadThenStartTasks(b *testing.B) {
 	pool := benchDB(b)
