@@ -1,38 +1,19 @@
 package pgflow_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgflow-go/pgflow"
 	"github.com/pgflow-go/pgflow/internal/pgtest"
+	"github.com/pgflow-go/pgflow/internal/testutil"
 )
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // A role that may start runs only one at a time (start_flow_with_states, not start_flows_with_states) still starts
 // every run: the client's first shared start is refused with a privilege error and rolled back, the call starts
@@ -49,7 +30,7 @@ func TestClientStartsAloneWhenTheRoleMayNotStartSeveral(t *testing.T) {
 		  pgflow.schema_version() to pgflow_one_by_one_starter`)
 	require.NoError(t, err)
 
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	client := newClient(t, newPool(t, roleURL(t, db, roles["pgflow_one_by_one_starter"]), 4),
 		&pgflow.ClientConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	var ids []string

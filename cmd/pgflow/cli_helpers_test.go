@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgflow-go/pgflow"
+	"github.com/pgflow-go/pgflow/internal/testutil"
 )
 
 // waitLimit bounds every wait in these tests; it is a deadline for something to happen, not a timing assertion.
@@ -98,22 +99,7 @@ func compileFlow(t *testing.T, pool *pgxpool.Pool, flow pgflow.AnyFlow) {
 }
 
 // syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type syncBuffer = testutil.SyncBuffer
 
 // testWorker is a real worker running in the test process.
 type testWorker struct {

@@ -4,8 +4,10 @@
 package testutil
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -127,4 +129,23 @@ func FailTask(t testing.TB, db sqlapi.DBTX, c Claimed, msg string) {
 	_, err := db.Exec(context.Background(), `select pgflow.fail_task($1::uuid, $2, $3, $4)`,
 		c.RunID, c.StepSlug, c.TaskIndex, msg)
 	require.NoError(t, err)
+}
+
+// SyncBuffer is a log sink that goroutines may write to while a test reads it.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
