@@ -4478,6 +4478,7 @@ declare
   v_root_maps  integer;
   v_run        pgflow.runs;
   v_input_len  integer;
+  v_conditions boolean;
 begin
   -- Shares the flow's compilation lock (create_flow, ensure_flow_compiled and delete_flow_and_data hold it
   -- exclusively): a start waits for a compilation in progress and then reads the whole flow. Without it a start
@@ -4485,10 +4486,20 @@ begin
   -- rows) and complete the run at once with output NULL.
   perform pg_advisory_xact_lock_shared(1, hashtext(lower(start_flow.flow_slug)));
 
-  select count(*), count(*) filter (where s.step_type = 'map' and s.deps_count = 0)
-    into v_step_count, v_root_maps
+  select count(*), count(*) filter (where s.step_type = 'map' and s.deps_count = 0),
+         coalesce(bool_or(s.required_input_pattern is not null or s.forbidden_input_pattern is not null), false)
+    into v_step_count, v_root_maps, v_conditions
     from pgflow.steps as s
    where s.flow_slug = start_flow.flow_slug;
+
+  -- A flow whose root steps start at once (steps, no conditions, no root map) starts as start_flows starts it: the
+  -- root steps' states are written 'started' in one row version, and nothing is searched for that cannot be there.
+  -- The checks and errors are the same (no root map to check the input of; the run's insert raises the rest).
+  if v_step_count > 0 and v_root_maps = 0 and not v_conditions then
+    return query select r.* from pgflow.start_flows(start_flow.flow_slug, array[start_flow.input],
+                                                    array[start_flow.run_id]) as r;
+    return;
+  end if;
 
   if v_root_maps > 0 then
     if start_flow.input is null then
@@ -4551,9 +4562,11 @@ pgflow.start_flow(flow_slug, input, run_id) guarantees:
   * a flow with root map steps only starts with an array input: SQL NULL raises
     'Flow <slug> has root map steps but input is NULL', any other JSON type raises
     'Flow <slug> has root map steps but input is not an array (got <type>)' (P0001), before anything is written;
-  * one run row (run_id = the given one, else pgflow._new_run_id(), time-ordered; remaining_steps = number of steps) and one 'created'
-    step state per step (remaining_deps = deps_count; initial_tasks = 1 for single steps, the input array length
-    for root maps, NULL for dependent maps until their parent completes) are written in this transaction;
+  * one run row (run_id = the given one, else pgflow._new_run_id(), time-ordered; remaining_steps = number of steps)
+    and one step state per step ('created'; v0.20.0: a root step of a flow with steps, no condition and no root map
+    is written 'started' at once, as start_flows writes it, since nothing could happen to it in between)
+    (remaining_deps = deps_count; initial_tasks = 1 for single steps, the input array length for root maps, NULL for
+    dependent maps until their parent completes) are written in this transaction;
   * run:started is emitted, then conditions of ready steps are resolved (a 'fail' condition fails the run and no
     task is ever created), taskless steps complete, ready steps start (tasks and messages are created) and the
     run completes if nothing is left (e.g. a flow without steps);
