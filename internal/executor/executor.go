@@ -139,10 +139,9 @@ func (e *Executor) Start(t *Task, settled func()) {
 	deadline := t.ClaimedAt.Add(timeout)
 	a.timeoutErr = taskrun.TimeoutError{Step: t.StepSlug, TaskIndex: t.TaskIndex, MapStep: step.Map,
 		Timeout: timeout, Attempt: t.Attempt, MaxAttempts: t.MaxAttempts}
-	a.timedOut = &a.timeoutErr
 	// hctx carries the deadline and is what the executor watches; the handler's handlerCtx may also be cancelled
 	// on its own when the task's run is cancelled (the handler is then waited for, up to its deadline).
-	hctx, cancel := context.WithDeadlineCause(ctx, deadline, a.timedOut)
+	hctx, cancel := context.WithDeadlineCause(ctx, deadline, &a.timeoutErr)
 	defer cancel()
 	handlerCtx, cancelRun := context.WithCancelCause(hctx)
 	defer cancelRun(nil)
@@ -171,7 +170,7 @@ func (e *Executor) Start(t *Task, settled func()) {
 		} else {
 			log.Debug("the handler of a timed-out attempt returned an error", "error", err)
 		}
-		err = a.timedOut
+		err = &a.timeoutErr
 	}
 	e.cfg.Observer.HandlerDone(ctx, meta, elapsed, err)
 	if err == nil {
@@ -230,16 +229,15 @@ const (
 // attempt is one running task attempt: what reporting its outcome needs, who reports it (state), and its place
 // among the running handlers of its run (runRegistry).
 type attempt struct {
-	e        *Executor
-	ctx      context.Context // the context TaskStarted returned
-	meta     taskrun.Meta
-	log      *slog.Logger
-	settled  func()
-	timedOut *taskrun.TimeoutError // &timeoutErr: the cause of the deadline, compared by identity
-	start    time.Time
+	e       *Executor
+	ctx     context.Context // the context TaskStarted returned
+	meta    taskrun.Meta
+	log     *slog.Logger
+	settled func()
+	start   time.Time
 	// Parts of the attempt kept in it rather than allocated apart (fewer allocations per task).
 	env        taskrun.Env
-	timeoutErr taskrun.TimeoutError
+	timeoutErr taskrun.TimeoutError // its address is the cause of the deadline, compared by identity
 
 	mu        sync.Mutex
 	state     attemptState
@@ -303,16 +301,16 @@ func (a *attempt) takeOver(to attemptState) bool {
 func (a *attempt) watch(hctx context.Context) {
 	e := a.e
 	// Identity, not errors.Is: only this attempt's own deadline is its timeout (a parent's cause could match).
-	timedOut := a.timedOut
+	timedOut := &a.timeoutErr
 	if context.Cause(hctx) == error(timedOut) {
 		if !a.takeOver(timingOut) {
 			return
 		}
 		e.running.remove(a)
 		a.log.Warn("task timed out: its handler is still running; failing the attempt without waiting for it "+
-			"(whatever it returns later is dropped)", "error", a.timedOut.Error(), "timeout", a.timedOut.Timeout)
-		e.cfg.Observer.HandlerDone(a.ctx, a.meta, time.Since(a.start), a.timedOut)
-		a.Settle(e.cfg.Completer.Fail(a.log, a.meta, a.timedOut.Error(), false))
+			"(whatever it returns later is dropped)", "error", timedOut.Error(), "timeout", timedOut.Timeout)
+		e.cfg.Observer.HandlerDone(a.ctx, a.meta, time.Since(a.start), timedOut)
+		a.Settle(e.cfg.Completer.Fail(a.log, a.meta, timedOut.Error(), false))
 		a.mu.Lock()
 		if a.state == lateWaiting {
 			a.mu.Unlock()
