@@ -19,6 +19,30 @@ create temporary table pgflow_v020_grants on commit drop as
      and a.grantee <> 0
      and a.grantee <> p.proowner;
 
+-- New functions that go with an existing one are granted to the roles that may execute it (its owner and PUBLIC
+-- aside), so an upgrade keeps every role able to do what it did (used below; dropped at the end of this file).
+create function pg_temp.pgflow_v020_grant_with(existing text, new_functions text)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $grant_with$
+declare
+  v_grantee text;
+begin
+  for v_grantee in
+    select distinct a.grantee::regrole::text
+      from pg_catalog.pg_proc as p
+      cross join lateral pg_catalog.aclexplode(p.proacl) as a
+     where p.oid = pg_catalog.to_regprocedure(existing)
+       and a.privilege_type = 'EXECUTE'
+       and a.grantee <> 0
+       and a.grantee <> p.proowner
+  loop
+    execute format('grant execute on function %s to %s', new_functions, v_grantee);
+  end loop;
+end;
+$grant_with$;
+
 drop function pgflow.complete_task(uuid, text, integer, jsonb);
 drop function pgflow.fail_task(uuid, text, integer, text);
 drop function pgflow.complete_tasks(uuid[], text[], integer[], jsonb[]);
@@ -154,20 +178,8 @@ $doc$;
 -- end generated
 
 do $heartbeat_grants$
-declare
-  v_grantee text;
 begin
-  for v_grantee in
-    select a.grantee::regrole::text
-      from pg_catalog.pg_proc as p
-      cross join lateral pg_catalog.aclexplode(p.proacl) as a
-     where p.oid = pg_catalog.to_regprocedure('pgflow.heartbeat_worker(uuid)')
-       and a.privilege_type = 'EXECUTE'
-       and a.grantee <> 0
-       and a.grantee <> p.proowner
-  loop
-    execute format('grant execute on function pgflow.heartbeat_worker(uuid, boolean) to %s', v_grantee);
-  end loop;
+  perform pg_temp.pgflow_v020_grant_with('pgflow.heartbeat_worker(uuid)', 'pgflow.heartbeat_worker(uuid, boolean)');
   -- PUBLIC keeps what it had too: where an operator (or roles.sql) revoked it, the new function gets no more.
   if not exists (
     select 1
@@ -4148,26 +4160,9 @@ $doc$;
 
 -- Roles that may claim tasks (start_tasks) may also read and claim in one call, and notify through pgflow._notify
 -- (every notification of the engine goes through it).
-do $read_grants$
-declare
-  v_grantee text;
-begin
-  for v_grantee in
-    select a.grantee::regrole::text
-      from pg_catalog.pg_proc as p
-      cross join lateral pg_catalog.aclexplode(p.proacl) as a
-     where p.oid = pg_catalog.to_regprocedure('pgflow.start_tasks(text,bigint[],uuid,text)')
-       and a.privilege_type = 'EXECUTE'
-       and a.grantee <> 0
-       and a.grantee <> p.proowner
-  loop
-    execute format('grant execute on function pgflow.read_and_start_tasks(text, text, uuid, integer, integer), '
-                   'pgflow._claim_tasks(text, text, bigint[], uuid), pgflow._claimed_task_records(tid[]), '
-                   'pgflow._notify(text[], text[]) to %s',
-      v_grantee);
-  end loop;
-end;
-$read_grants$;
+select pg_temp.pgflow_v020_grant_with('pgflow.start_tasks(text,bigint[],uuid,text)',
+  'pgflow.read_and_start_tasks(text, text, uuid, integer, integer), pgflow._claim_tasks(text, text, bigint[], uuid), '
+  'pgflow._claimed_task_records(tid[]), pgflow._notify(text[], text[])');
 -- generated from sql/core: 0100_function_fire_schedule_tick.sql
 create or replace function pgflow.fire_schedule_tick(schedule_name text, tick timestamptz,
                                                      next_tick timestamptz default null)
@@ -4824,23 +4819,8 @@ $doc$;
 
 -- Roles that may start runs one at a time with start_flow_with_states may start several in one call (the Go
 -- client coalesces concurrent starts into it).
-do $start_flows_with_states_grants$
-declare
-  v_grantee text;
-begin
-  for v_grantee in
-    select distinct a.grantee::regrole::text
-      from pg_catalog.pg_proc as p
-      cross join lateral pg_catalog.aclexplode(p.proacl) as a
-     where p.oid = pg_catalog.to_regprocedure('pgflow.start_flow_with_states(text,jsonb,uuid)')
-       and a.privilege_type = 'EXECUTE'
-       and a.grantee <> 0
-       and a.grantee <> p.proowner
-  loop
-    execute format('grant execute on function pgflow.start_flows_with_states(text, jsonb[]) to %s', v_grantee);
-  end loop;
-end;
-$start_flows_with_states_grants$;
+select pg_temp.pgflow_v020_grant_with('pgflow.start_flow_with_states(text,jsonb,uuid)',
+                                      'pgflow.start_flows_with_states(text, jsonb[])');
 
 -- generated from sql/core: 0100_function__maybe_complete_runs.sql
 create or replace function pgflow._maybe_complete_runs(run_ids uuid[])
@@ -5204,3 +5184,5 @@ afterwards; a new row gets the table defaults, an existing one only has updated_
 clock_timestamp() (enabled, debounce and last_invoked_at are left alone).
 $doc$;
 -- end generated
+
+drop function pg_temp.pgflow_v020_grant_with(text, text);
