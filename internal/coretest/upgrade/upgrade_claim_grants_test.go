@@ -29,3 +29,23 @@ func TestUpgradeToV020GrantsTheNewClaimToClaimers(t *testing.T) {
 		require.NotContains(t, granted, bystander, fn)
 	}
 }
+
+// Upgrading to v0.20.0 gives the roles that could emit events (execute on _emit_events: a worker role that
+// completes tasks, a role that starts runs) pgflow._emit_envelopes, which the start and the completion now call,
+// and nobody else.
+func TestUpgradeToV020GrantsEnvelopesToEventEmitters(t *testing.T) {
+	t.Parallel()
+	db := newAt(t, "v0.19.0")
+	emitter, bystander := newRole(t, db.URL), newRole(t, db.URL)
+	fx.Exec(t, db.Pool, fmt.Sprintf(`grant execute on function pgflow._emit_events(jsonb[]) to %s`, emitter))
+
+	_, err := db.upTo(t, "v0.20.0")
+	require.NoError(t, err)
+
+	granted := fx.Val[[]string](t, db.Pool, `select coalesce(array_agg(a.grantee::regrole::text order by 1), '{}')
+		from pg_proc as p cross join lateral aclexplode(p.proacl) as a
+		where p.oid = 'pgflow._emit_envelopes(text[], uuid[], text[], text[], text[], jsonb[])'::regprocedure
+		  and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0`)
+	require.Contains(t, granted, emitter)
+	require.NotContains(t, granted, bystander)
+}

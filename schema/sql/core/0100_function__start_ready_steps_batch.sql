@@ -18,6 +18,7 @@ declare
   v_counts integer[];
   v_events jsonb[];
   v_live   uuid[];
+  v_realtime boolean;
 begin
   if coalesce(cardinality(_start_ready_steps_batch.run_ids), 0) = 0
      and coalesce(cardinality(_start_ready_steps_batch.started_run_ids), 0) = 0 then
@@ -32,6 +33,9 @@ begin
   v_live := array(
     select r.run_id from pgflow.runs as r
      where r.run_id = any (_start_ready_steps_batch.run_ids) and (r.status = 'started') is true);
+
+  -- Event payloads (JSON) are built only for realtime.send; the notifications are made from the fields.
+  v_realtime := pgflow._trusted_realtime_send() is not null;
 
   with started as (
     update pgflow.step_states as ss
@@ -68,7 +72,7 @@ begin
          array_agg(x.queue_name order by x.run_id, x.step_index),
          array_agg(x.start_delay order by x.run_id, x.step_index),
          array_agg(x.initial_tasks order by x.run_id, x.step_index),
-         array_agg(jsonb_build_object(
+         array_agg(case when v_realtime then jsonb_build_object(
                      'event_type', 'step:started',
                      'run_id', x.run_id,
                      'flow_slug', x.flow_slug,
@@ -76,14 +80,16 @@ begin
                      'status', x.status,
                      'started_at', x.started_at,
                      'remaining_tasks', x.remaining_tasks,
-                     'remaining_deps', x.remaining_deps) order by x.run_id, x.step_index)
+                     'remaining_deps', x.remaining_deps) end order by x.run_id, x.step_index)
     into v_runs, v_slugs, v_flows, v_queues, v_delays, v_counts, v_events
     from steps as x;
 
   if v_runs is null then
     return;
   end if;
-  perform pgflow._emit_events(v_events);
+  perform pgflow._emit_envelopes(array_fill('step:started'::text, array[cardinality(v_runs)]), v_runs, v_flows,
+                                 v_slugs, array_fill('started'::text, array[cardinality(v_runs)]),
+                                 case when v_realtime then v_events end);
 
   -- One send_batch per (queue, delay). send_batch returns the new ids in array order and ids increase along the
   -- array, so the n-th smallest id belongs to the n-th message of the array, which is ordered by

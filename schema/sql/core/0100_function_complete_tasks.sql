@@ -42,6 +42,10 @@ declare
   v_state_tids tid[];
   v_task_tids  tid[];
   v_child_tids tid[];
+  v_realtime   boolean;
+  v_done_runs  uuid[];
+  v_done_flows text[];
+  v_ev_runs    uuid[];
 begin
   if v_n <> coalesce(cardinality(complete_tasks.step_slugs), 0)
      or v_n <> coalesce(cardinality(complete_tasks.task_indexes), 0)
@@ -56,6 +60,8 @@ begin
   if v_n = 0 then
     return;
   end if;
+  -- Event payloads (JSON) are built only for realtime.send; the notifications are made from the fields.
+  v_realtime := pgflow._trusted_realtime_send() is not null;
 
   -- Lock order: runs, step states, tasks (as complete_task), each sorted, one key at a time (lateral lookups in key
   -- order). The locked rows' physical addresses are kept: until this call changes a row, its address stays, so
@@ -197,19 +203,20 @@ begin
            array_agg(u.step_slug order by u.run_id, u.step_index),
            array_agg(u.flow_slug order by u.run_id, u.step_index),
            array_agg(u.output order by u.run_id, u.step_index),
-           array_agg(jsonb_build_object(
+           array_agg(case when v_realtime then jsonb_build_object(
                        'event_type', 'step:completed',
                        'run_id', u.run_id,
                        'flow_slug', u.flow_slug,
                        'step_slug', u.step_slug,
                        'status', u.status,
                        'output', u.output,
-                       'completed_at', u.completed_at) order by u.run_id, u.step_index)
+                       'completed_at', u.completed_at) end order by u.run_id, u.step_index)
       into v_runs, v_c_steps, v_c_flows, v_c_outputs, v_events
       from updated as u
      where u.status = 'completed';
 
     if v_runs is not null then
+      v_ev_runs := v_runs;
       -- Dependents of the completed steps: one dependency fewer per completed parent; a dependent map learns its
       -- task count from its parent's array. A dependent that becomes ready with tasks to run becomes 'started' in
       -- the same row version (these flows have no conditions to resolve first); its messages, tasks and
@@ -308,19 +315,29 @@ begin
         returning r.run_id, r.flow_slug, r.status, r.output, r.completed_at
       )
       select array_agg(u.run_id order by u.run_id) filter (where u.status <> 'completed'),
-             array_agg(jsonb_build_object(
+             array_agg(u.run_id order by u.run_id) filter (where u.status = 'completed'),
+             array_agg(u.flow_slug order by u.run_id) filter (where u.status = 'completed'),
+             array_agg(case when v_realtime then jsonb_build_object(
                          'event_type', 'run:completed',
                          'run_id', u.run_id,
                          'flow_slug', u.flow_slug,
                          'status', u.status,
                          'output', u.output,
-                         'completed_at', u.completed_at) order by u.run_id) filter (where u.status = 'completed')
-        into v_runs, v_run_events
+                         'completed_at', u.completed_at) end order by u.run_id) filter (where u.status = 'completed')
+        into v_runs, v_done_runs, v_done_flows, v_run_events
         from updated as u;
 
       -- One call for all events: every step:completed (by run, then step_index), then every run:completed, so
       -- each run's steps come before the run itself (no sort: sorting the payloads cost more than emitting them).
-      perform pgflow._emit_events(v_events || coalesce(v_run_events, '{}'));
+      -- The step slugs stop after the step events: the run events that follow have none.
+      perform pgflow._emit_envelopes(
+        array_fill('step:completed'::text, array[cardinality(v_ev_runs)])
+          || array_fill('run:completed'::text, array[coalesce(cardinality(v_done_runs), 0)]),
+        v_ev_runs || v_done_runs,
+        v_c_flows || v_done_flows,
+        v_c_steps,
+        array_fill('completed'::text, array[cardinality(v_ev_runs) + coalesce(cardinality(v_done_runs), 0)]),
+        case when v_realtime then v_events || coalesce(v_run_events, '{}') end);
 
       -- Taskless steps (maps over an empty array) that became ready complete by cascade. (The flows of these
       -- runs have no conditions, so resolving conditions first would change nothing.)

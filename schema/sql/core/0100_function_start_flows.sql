@@ -99,18 +99,28 @@ begin
     from inserted as i
    where i.status = 'started';
 
-  perform pgflow._emit_events(array(
-    select jsonb_build_object(
-             'event_type', 'run:started',
-             'run_id', r.run_id,
-             'flow_slug', r.flow_slug,
-             'input', r.input,
-             'status', r.status,
-             'remaining_steps', r.remaining_steps,
-             'started_at', r.started_at)
-      from unnest(v_ids) with ordinality as x (run_id, pos)
-      join pgflow.runs as r on r.run_id = x.run_id
-     order by x.pos));
+  -- run:started of every run, in input order (a new run is 'started'). The JSON payload is built only for
+  -- realtime.send: the notifications carry a small envelope made from the fields.
+  perform pgflow._emit_envelopes(
+    array_fill('run:started'::text, array[v_n]),
+    v_ids,
+    array_fill(start_flows.flow_slug, array[v_n]),
+    null,
+    array_fill('started'::text, array[v_n]),
+    case
+      when pgflow._trusted_realtime_send() is not null then array(
+        select jsonb_build_object(
+                 'event_type', 'run:started',
+                 'run_id', r.run_id,
+                 'flow_slug', r.flow_slug,
+                 'input', r.input,
+                 'status', r.status,
+                 'remaining_steps', r.remaining_steps,
+                 'started_at', r.started_at)
+          from unnest(v_ids) with ordinality as x (run_id, pos)
+          join pgflow.runs as r on r.run_id = x.run_id
+         order by x.pos)
+    end);
 
   if v_fold and v_step_count > 0 then
     -- Every step without dependencies was inserted 'started' and every other step waits for one: nothing is

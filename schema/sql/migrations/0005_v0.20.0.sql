@@ -1054,8 +1054,15 @@ pgflow._emit_event(payload, event, run_id) guarantees:
 $doc$;
 -- end generated
 
--- generated from sql/core: 0100_function__emit_events.sql
-create or replace function pgflow._emit_events(payloads jsonb[])
+-- generated from sql/core: 0100_function__emit_envelopes.sql
+create or replace function pgflow._emit_envelopes(
+  event_types text[],
+  run_ids     uuid[],
+  flow_slugs  text[],
+  step_slugs  text[],
+  statuses    text[],
+  payloads    jsonb[] default null
+)
 returns void
 language plpgsql
 volatile
@@ -1065,47 +1072,45 @@ declare
   v_channels  text[];
   v_envelopes text[];
 begin
-  if _emit_events.payloads is null or cardinality(_emit_events.payloads) = 0 then
+  if coalesce(cardinality(_emit_envelopes.run_ids), 0) = 0 then
     return;
   end if;
 
   -- The envelope is written as text, byte for byte what jsonb_strip_nulls(jsonb_build_object(...))::text gives
-  -- (keys in jsonb's order: by length, then bytes; NULL members left out: concat_ws skips them), at about a third
-  -- of the cost. No value needs JSON escaping: slugs are [a-zA-Z0-9_] (flows.slug_is_valid,
-  -- steps_step_slug_check), run ids are UUIDs, event types and statuses come from this schema's fixed vocabulary.
-  -- One call of pgflow._notify sends them all, in the order of the arrays.
-  select array_agg(c.channel order by e.pos, c.k), array_agg(e.envelope order by e.pos, c.k)
+  -- (keys in jsonb's order: by length, then bytes; NULL members left out: concat_ws skips them). No value needs
+  -- JSON escaping: slugs are [a-zA-Z0-9_] (flows.slug_is_valid, steps_step_slug_check), run ids are UUIDs, event
+  -- types and statuses come from this schema's fixed vocabulary. It is made from the fields themselves: the hot
+  -- paths (start_flows, _start_ready_steps_batch, complete_tasks) build no JSON payload unless realtime.send
+  -- needs one, which was about a third of a bulk start's CPU (docs/performance.md).
+  select array_agg(o.channel), array_agg(o.envelope)
     into v_channels, v_envelopes
-     from (
-       select x.pos,
-              x.run_id,
-              '{' || concat_ws(', ',
-                '"event": "' || x.event || '"',
-                '"run_id": "' || x.run_id || '"',
-                '"status": "' || x.status || '"',
-                '"flow_slug": "' || coalesce(
-                  x.flow_slug,
-                  (select r.flow_slug from pgflow.runs as r where r.run_id = x.run_id::uuid)) || '"',
-                '"step_slug": "' || x.step_slug || '"',
-                '"event_type": "' || x.event_type || '"') || '}' as envelope
-         from (
-           select u.pos,
-                  u.p ->> 'event_type' as event_type,
-                  u.p ->> 'run_id' as run_id,
-                  u.p ->> 'step_slug' as step_slug,
-                  u.p ->> 'status' as status,
-                  u.p ->> 'flow_slug' as flow_slug,
-                  case
-                    when u.p ->> 'step_slug' is null then u.p ->> 'event_type'
-                    else 'step:' || (u.p ->> 'step_slug') || ':' || split_part(u.p ->> 'event_type', ':', 2)
-                  end as event
-             from unnest(_emit_events.payloads) with ordinality as u (p, pos)
-         ) as x
-     ) as e
-     cross join lateral (values (1, 'pgflow'), (2, 'pgflow:run:' || e.run_id)) as c (k, channel);
+    from (
+      select c.channel, e.envelope
+        from (
+          select x.pos,
+                 x.run_id,
+                 '{' || concat_ws(', ',
+                   '"event": "' || case
+                                     when x.step_slug is null then x.event_type
+                                     else 'step:' || x.step_slug || ':' || split_part(x.event_type, ':', 2)
+                                   end || '"',
+                   '"run_id": "' || x.run_id || '"',
+                   '"status": "' || x.status || '"',
+                   '"flow_slug": "' || coalesce(
+                     x.flow_slug,
+                     (select r.flow_slug from pgflow.runs as r where r.run_id = x.run_id)) || '"',
+                   '"step_slug": "' || x.step_slug || '"',
+                   '"event_type": "' || x.event_type || '"') || '}' as envelope
+            from unnest(_emit_envelopes.event_types, _emit_envelopes.run_ids, _emit_envelopes.flow_slugs,
+                        _emit_envelopes.step_slugs, _emit_envelopes.statuses)
+                   with ordinality as x (event_type, run_id, flow_slug, step_slug, status, pos)
+        ) as e
+        cross join lateral (values (1, 'pgflow'), (2, 'pgflow:run:' || e.run_id)) as c (k, channel)
+       order by e.pos, c.k
+    ) as o;
   perform pgflow._notify(v_channels, v_envelopes);
 
-  if pgflow._trusted_realtime_send() is not null then
+  if _emit_envelopes.payloads is not null and pgflow._trusted_realtime_send() is not null then
     execute 'select realtime.send(
                       x.p,
                       case
@@ -1115,9 +1120,55 @@ begin
                       ''pgflow:run:'' || (x.p ->> ''run_id''),
                       false)
                from unnest($1) with ordinality as x (p, pos)
+              where x.p is not null
               order by x.pos'
-      using _emit_events.payloads;
+      using _emit_envelopes.payloads;
   end if;
+end;
+$$;
+
+comment on function pgflow._emit_envelopes(event_types text[], run_ids uuid[], flow_slugs text[], step_slugs text[], statuses text[], payloads jsonb[]) is $doc$
+pgflow._emit_envelopes(event_types, run_ids, flow_slugs, step_slugs, statuses, payloads) guarantees (v0.20.0): the
+events of pgflow._emit_events, given as their fields instead of JSON payloads. For every i, in array order (the
+arrays are paired by position; a shorter or NULL array reads as NULLs):
+  * a notification (pgflow._notify: pg_notify, or deferred when the transaction asks) on 'pgflow' and on
+    'pgflow:run:<run_ids[i]>' with the envelope {"event_type", "event", "run_id", "step_slug" (step events:
+    step_slugs[i] not NULL), "status", "flow_slug"} - byte for byte the envelope pgflow._emit_event sends, where
+    event is event_types[i] for run events and 'step:<step_slug>:<what>' for step events (event type
+    'step:<what>'), and a NULL flow_slugs[i] is read from the run;
+  * when payloads is not NULL and a trusted realtime.send(jsonb, text, text, boolean) exists
+    (pgflow._trusted_realtime_send), every non-NULL payload goes to realtime.send(payload, event,
+    'pgflow:run:<run_id>', false), in array order (one dynamic statement). Callers build payloads only when
+    pgflow._trusted_realtime_send() is not NULL: without Supabase Realtime no JSON is built for an event;
+  * one statement builds every envelope, one call of pgflow._notify sends them; NULL or empty run_ids do nothing.
+$doc$;
+-- end generated
+
+-- generated from sql/core: 0100_function__emit_events.sql
+create or replace function pgflow._emit_events(payloads jsonb[])
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_event_types text[];
+  v_run_ids     uuid[];
+  v_flow_slugs  text[];
+  v_step_slugs  text[];
+  v_statuses    text[];
+begin
+  if _emit_events.payloads is null or cardinality(_emit_events.payloads) = 0 then
+    return;
+  end if;
+
+  -- The envelopes and the realtime payloads are pgflow._emit_envelopes' business; this only takes the fields out.
+  select array_agg(u.p ->> 'event_type'), array_agg((u.p ->> 'run_id')::uuid), array_agg(u.p ->> 'flow_slug'),
+         array_agg(u.p ->> 'step_slug'), array_agg(u.p ->> 'status')
+    into v_event_types, v_run_ids, v_flow_slugs, v_step_slugs, v_statuses
+    from (select x.p from unnest(_emit_events.payloads) with ordinality as x (p, pos) order by x.pos) as u;
+  perform pgflow._emit_envelopes(v_event_types, v_run_ids, v_flow_slugs, v_step_slugs, v_statuses,
+                                 _emit_events.payloads);
 end;
 $$;
 
@@ -1131,10 +1182,15 @@ every payload, in array order, with event = payload.event_type for run events an
     _emit_event {"event_type", "event", "run_id", "step_slug" (step events), "status", "flow_slug"};
   * when a trusted realtime.send(jsonb, text, text, boolean) exists (pgflow._trusted_realtime_send), every full payload also goes to
     realtime.send(payload, event, 'pgflow:run:<run_id>', false), in array order (one dynamic statement);
-  * one statement for all notifications instead of one function call per event; NULL or empty payloads do
-    nothing.
+  * it is pgflow._emit_envelopes of the payloads' fields, with the payloads for realtime.send (v0.20.0); NULL or
+    empty payloads do nothing.
 $doc$;
 -- end generated
+
+-- Roles that may emit events (pgflow._emit_events) may emit them from their fields: the start and the completion
+-- of tasks do (v0.20.0).
+select pg_temp.pgflow_v020_grant_with('pgflow._emit_events(jsonb[])',
+  'pgflow._emit_envelopes(text[], uuid[], text[], text[], text[], jsonb[])');
 
 -- generated from sql/core: 0100_function__start_ready_steps_batch.sql
 create or replace function pgflow._start_ready_steps_batch(
@@ -1157,6 +1213,7 @@ declare
   v_counts integer[];
   v_events jsonb[];
   v_live   uuid[];
+  v_realtime boolean;
 begin
   if coalesce(cardinality(_start_ready_steps_batch.run_ids), 0) = 0
      and coalesce(cardinality(_start_ready_steps_batch.started_run_ids), 0) = 0 then
@@ -1171,6 +1228,9 @@ begin
   v_live := array(
     select r.run_id from pgflow.runs as r
      where r.run_id = any (_start_ready_steps_batch.run_ids) and (r.status = 'started') is true);
+
+  -- Event payloads (JSON) are built only for realtime.send; the notifications are made from the fields.
+  v_realtime := pgflow._trusted_realtime_send() is not null;
 
   with started as (
     update pgflow.step_states as ss
@@ -1207,7 +1267,7 @@ begin
          array_agg(x.queue_name order by x.run_id, x.step_index),
          array_agg(x.start_delay order by x.run_id, x.step_index),
          array_agg(x.initial_tasks order by x.run_id, x.step_index),
-         array_agg(jsonb_build_object(
+         array_agg(case when v_realtime then jsonb_build_object(
                      'event_type', 'step:started',
                      'run_id', x.run_id,
                      'flow_slug', x.flow_slug,
@@ -1215,14 +1275,16 @@ begin
                      'status', x.status,
                      'started_at', x.started_at,
                      'remaining_tasks', x.remaining_tasks,
-                     'remaining_deps', x.remaining_deps) order by x.run_id, x.step_index)
+                     'remaining_deps', x.remaining_deps) end order by x.run_id, x.step_index)
     into v_runs, v_slugs, v_flows, v_queues, v_delays, v_counts, v_events
     from steps as x;
 
   if v_runs is null then
     return;
   end if;
-  perform pgflow._emit_events(v_events);
+  perform pgflow._emit_envelopes(array_fill('step:started'::text, array[cardinality(v_runs)]), v_runs, v_flows,
+                                 v_slugs, array_fill('started'::text, array[cardinality(v_runs)]),
+                                 case when v_realtime then v_events end);
 
   -- One send_batch per (queue, delay). send_batch returns the new ids in array order and ids increase along the
   -- array, so the n-th smallest id belongs to the n-th message of the array, which is ordered by
@@ -2212,6 +2274,10 @@ declare
   v_state_tids tid[];
   v_task_tids  tid[];
   v_child_tids tid[];
+  v_realtime   boolean;
+  v_done_runs  uuid[];
+  v_done_flows text[];
+  v_ev_runs    uuid[];
 begin
   if v_n <> coalesce(cardinality(complete_tasks.step_slugs), 0)
      or v_n <> coalesce(cardinality(complete_tasks.task_indexes), 0)
@@ -2226,6 +2292,8 @@ begin
   if v_n = 0 then
     return;
   end if;
+  -- Event payloads (JSON) are built only for realtime.send; the notifications are made from the fields.
+  v_realtime := pgflow._trusted_realtime_send() is not null;
 
   -- Lock order: runs, step states, tasks (as complete_task), each sorted, one key at a time (lateral lookups in key
   -- order). The locked rows' physical addresses are kept: until this call changes a row, its address stays, so
@@ -2367,19 +2435,20 @@ begin
            array_agg(u.step_slug order by u.run_id, u.step_index),
            array_agg(u.flow_slug order by u.run_id, u.step_index),
            array_agg(u.output order by u.run_id, u.step_index),
-           array_agg(jsonb_build_object(
+           array_agg(case when v_realtime then jsonb_build_object(
                        'event_type', 'step:completed',
                        'run_id', u.run_id,
                        'flow_slug', u.flow_slug,
                        'step_slug', u.step_slug,
                        'status', u.status,
                        'output', u.output,
-                       'completed_at', u.completed_at) order by u.run_id, u.step_index)
+                       'completed_at', u.completed_at) end order by u.run_id, u.step_index)
       into v_runs, v_c_steps, v_c_flows, v_c_outputs, v_events
       from updated as u
      where u.status = 'completed';
 
     if v_runs is not null then
+      v_ev_runs := v_runs;
       -- Dependents of the completed steps: one dependency fewer per completed parent; a dependent map learns its
       -- task count from its parent's array. A dependent that becomes ready with tasks to run becomes 'started' in
       -- the same row version (these flows have no conditions to resolve first); its messages, tasks and
@@ -2478,19 +2547,29 @@ begin
         returning r.run_id, r.flow_slug, r.status, r.output, r.completed_at
       )
       select array_agg(u.run_id order by u.run_id) filter (where u.status <> 'completed'),
-             array_agg(jsonb_build_object(
+             array_agg(u.run_id order by u.run_id) filter (where u.status = 'completed'),
+             array_agg(u.flow_slug order by u.run_id) filter (where u.status = 'completed'),
+             array_agg(case when v_realtime then jsonb_build_object(
                          'event_type', 'run:completed',
                          'run_id', u.run_id,
                          'flow_slug', u.flow_slug,
                          'status', u.status,
                          'output', u.output,
-                         'completed_at', u.completed_at) order by u.run_id) filter (where u.status = 'completed')
-        into v_runs, v_run_events
+                         'completed_at', u.completed_at) end order by u.run_id) filter (where u.status = 'completed')
+        into v_runs, v_done_runs, v_done_flows, v_run_events
         from updated as u;
 
       -- One call for all events: every step:completed (by run, then step_index), then every run:completed, so
       -- each run's steps come before the run itself (no sort: sorting the payloads cost more than emitting them).
-      perform pgflow._emit_events(v_events || coalesce(v_run_events, '{}'));
+      -- The step slugs stop after the step events: the run events that follow have none.
+      perform pgflow._emit_envelopes(
+        array_fill('step:completed'::text, array[cardinality(v_ev_runs)])
+          || array_fill('run:completed'::text, array[coalesce(cardinality(v_done_runs), 0)]),
+        v_ev_runs || v_done_runs,
+        v_c_flows || v_done_flows,
+        v_c_steps,
+        array_fill('completed'::text, array[cardinality(v_ev_runs) + coalesce(cardinality(v_done_runs), 0)]),
+        case when v_realtime then v_events || coalesce(v_run_events, '{}') end);
 
       -- Taskless steps (maps over an empty array) that became ready complete by cascade. (The flows of these
       -- runs have no conditions, so resolving conditions first would change nothing.)
@@ -4674,18 +4753,28 @@ begin
     from inserted as i
    where i.status = 'started';
 
-  perform pgflow._emit_events(array(
-    select jsonb_build_object(
-             'event_type', 'run:started',
-             'run_id', r.run_id,
-             'flow_slug', r.flow_slug,
-             'input', r.input,
-             'status', r.status,
-             'remaining_steps', r.remaining_steps,
-             'started_at', r.started_at)
-      from unnest(v_ids) with ordinality as x (run_id, pos)
-      join pgflow.runs as r on r.run_id = x.run_id
-     order by x.pos));
+  -- run:started of every run, in input order (a new run is 'started'). The JSON payload is built only for
+  -- realtime.send: the notifications carry a small envelope made from the fields.
+  perform pgflow._emit_envelopes(
+    array_fill('run:started'::text, array[v_n]),
+    v_ids,
+    array_fill(start_flows.flow_slug, array[v_n]),
+    null,
+    array_fill('started'::text, array[v_n]),
+    case
+      when pgflow._trusted_realtime_send() is not null then array(
+        select jsonb_build_object(
+                 'event_type', 'run:started',
+                 'run_id', r.run_id,
+                 'flow_slug', r.flow_slug,
+                 'input', r.input,
+                 'status', r.status,
+                 'remaining_steps', r.remaining_steps,
+                 'started_at', r.started_at)
+          from unnest(v_ids) with ordinality as x (run_id, pos)
+          join pgflow.runs as r on r.run_id = x.run_id
+         order by x.pos)
+    end);
 
   if v_fold and v_step_count > 0 then
     -- Every step without dependencies was inserted 'started' and every other step waits for one: nothing is
