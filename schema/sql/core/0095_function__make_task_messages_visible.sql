@@ -51,7 +51,7 @@ begin
     for v_row in
       with sent as (
         select s.msg_id, row_number() over (order by s.msg_id) as n
-          from pgmq.send_batch(p_queue_name, v_group.bodies, v_group.visible_at) as s (msg_id)
+          from pgmq.send_batch(p_queue_name, v_group.bodies, null::jsonb[], v_group.visible_at) as s (msg_id)
       ),
       pairs as (
         select o.old_id, sent.msg_id

@@ -91,9 +91,10 @@ begin
                                  v_slugs, array_fill('started'::text, array[cardinality(v_runs)]),
                                  case when v_realtime then v_events end);
 
-  -- One send_batch per (queue, delay). send_batch returns the new ids in array order and ids increase along the
-  -- array, so the n-th smallest id belongs to the n-th message of the array, which is ordered by
-  -- (run_id, step_slug, task_index) exactly like the numbering of the tasks.
+  -- One send_batch per (queue, delay), in its form with headers and a time (the one PGMQ implements; the others
+  -- are SQL functions that wrap it and are planned again on every call). send_batch returns the new ids in array
+  -- order and ids increase along the array, so the n-th smallest id belongs to the n-th message of the array,
+  -- which is ordered by (run_id, step_slug, task_index) exactly like the numbering of the tasks.
   for v_group in
     select distinct x.queue_name, x.start_delay
       from unnest(v_queues, v_delays) as x (queue_name, start_delay)
@@ -126,7 +127,8 @@ begin
                     where x.queue_name = v_group.queue_name
                       and x.start_delay = v_group.start_delay
                     order by x.run_id, x.step_slug, i.i),
-                 v_group.start_delay) as s (msg_id)
+                 null::jsonb[],
+                 clock_timestamp() + make_interval(secs => v_group.start_delay)) as s (msg_id)
       ) as sent on sent.n = m.n;
 
     -- Wake the workers waiting on this queue (one notification per queue and transaction: PostgreSQL folds

@@ -62,7 +62,8 @@ begin
                             'task_index', i)
                      from generate_series(0, v_step.initial_tasks - 1) as i
                     order by i),
-                 v_step.start_delay) as sent(msg_id)
+                 null::jsonb[],
+                 clock_timestamp() + make_interval(secs => v_step.start_delay)) as sent(msg_id)
       ) as m;
 
     v_queues := v_queues || v_step.queue_name;
