@@ -2284,7 +2284,7 @@ declare
   v_realtime   boolean;
   v_done_runs  uuid[];
   v_done_flows text[];
-  v_ev_runs    uuid[];
+  v_c_runs     uuid[];
 begin
   if v_n <> coalesce(cardinality(complete_tasks.step_slugs), 0)
      or v_n <> coalesce(cardinality(complete_tasks.task_indexes), 0)
@@ -2455,7 +2455,7 @@ begin
      where u.status = 'completed';
 
     if v_runs is not null then
-      v_ev_runs := v_runs;
+      v_c_runs := v_runs;
       -- Dependents of the completed steps: one dependency fewer per completed parent; a dependent map learns its
       -- task count from its parent's array. A dependent that becomes ready with tasks to run becomes 'started' in
       -- the same row version (these flows have no conditions to resolve first); its messages, tasks and
@@ -2570,12 +2570,12 @@ begin
       -- each run's steps come before the run itself (no sort: sorting the payloads cost more than emitting them).
       -- The step slugs stop after the step events: the run events that follow have none.
       perform pgflow._emit_envelopes(
-        array_fill('step:completed'::text, array[cardinality(v_ev_runs)])
+        array_fill('step:completed'::text, array[cardinality(v_c_runs)])
           || array_fill('run:completed'::text, array[coalesce(cardinality(v_done_runs), 0)]),
-        v_ev_runs || v_done_runs,
+        v_c_runs || v_done_runs,
         v_c_flows || v_done_flows,
         v_c_steps,
-        array_fill('completed'::text, array[cardinality(v_ev_runs) + coalesce(cardinality(v_done_runs), 0)]),
+        array_fill('completed'::text, array[cardinality(v_c_runs) + coalesce(cardinality(v_done_runs), 0)]),
         case when v_realtime then v_events || coalesce(v_run_events, '{}') end);
 
       -- Taskless steps (maps over an empty array) that became ready complete by cascade. (The flows of these
