@@ -232,61 +232,64 @@ begin
             select cs.ctid as row_address from pgflow.step_states as cs
              where cs.run_id = k.run_id and cs.step_slug = k.step_slug
                for update) as l);
-      with upd as (
-        update pgflow.step_states as cs
-           set remaining_deps = cs.remaining_deps - p.n,
-               initial_tasks = case
-                                 when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
-                                 else cs.initial_tasks
-                               end,
-               status = case
-                          when cs.status = 'created' and cs.remaining_deps - p.n = 0
-                               and coalesce(case
-                                              when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
-                                              else cs.initial_tasks
-                                            end, 0) > 0
-                          then 'started'
-                          else cs.status
-                        end,
-               started_at = case
-                              when cs.status = 'created' and cs.remaining_deps - p.n = 0
-                                   and coalesce(case
-                                                  when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
-                                                  else cs.initial_tasks
-                                                end, 0) > 0
-                              then now()
-                              else cs.started_at
-                            end,
-               remaining_tasks = case
-                                   when cs.status = 'created' and cs.remaining_deps - p.n = 0
-                                        and coalesce(case
-                                                       when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
-                                                       else cs.initial_tasks
-                                                     end, 0) > 0
-                                   then case
-                                          when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
-                                          else cs.initial_tasks
-                                        end
-                                   else cs.remaining_tasks
-                                 end
-          from (
-            select x.run_id, d.step_slug as child_slug, ch.step_type as child_type, count(*)::integer as n,
-                   max(case when jsonb_typeof(x.output) = 'array' then jsonb_array_length(x.output) end) as output_len
-              from unnest(v_runs, v_c_steps, v_c_flows, v_c_outputs) as x (run_id, step_slug, flow_slug, output)
-              join pgflow.deps as d on d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
-              join pgflow.steps as ch on ch.flow_slug = d.flow_slug and ch.step_slug = d.step_slug
-             group by x.run_id, d.step_slug, ch.step_type
-          ) as p
-         where cs.ctid = any (v_child_tids)
-           and cs.run_id = p.run_id
-           and cs.step_slug = p.child_slug
-        returning cs.run_id, cs.step_slug, cs.remaining_deps, cs.status
-      )
-      select array_agg(distinct u.run_id) filter (where u.remaining_deps = 0 and u.status = 'created'),
-             array_agg(u.run_id) filter (where u.status = 'started'),
-             array_agg(u.step_slug) filter (where u.status = 'started')
-        into v_ready, v_started_runs, v_started_slugs
-        from upd as u;
+      -- Leaf steps have no dependents: nothing to update.
+      if cardinality(v_child_tids) > 0 then
+        with upd as (
+          update pgflow.step_states as cs
+             set remaining_deps = cs.remaining_deps - p.n,
+                 initial_tasks = case
+                                   when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
+                                   else cs.initial_tasks
+                                 end,
+                 status = case
+                            when cs.status = 'created' and cs.remaining_deps - p.n = 0
+                                 and coalesce(case
+                                                when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
+                                                else cs.initial_tasks
+                                              end, 0) > 0
+                            then 'started'
+                            else cs.status
+                          end,
+                 started_at = case
+                                when cs.status = 'created' and cs.remaining_deps - p.n = 0
+                                     and coalesce(case
+                                                    when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
+                                                    else cs.initial_tasks
+                                                  end, 0) > 0
+                                then now()
+                                else cs.started_at
+                              end,
+                 remaining_tasks = case
+                                     when cs.status = 'created' and cs.remaining_deps - p.n = 0
+                                          and coalesce(case
+                                                         when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
+                                                         else cs.initial_tasks
+                                                       end, 0) > 0
+                                     then case
+                                            when p.child_type = 'map' and cs.initial_tasks is null then p.output_len
+                                            else cs.initial_tasks
+                                          end
+                                     else cs.remaining_tasks
+                                   end
+            from (
+              select x.run_id, d.step_slug as child_slug, ch.step_type as child_type, count(*)::integer as n,
+                     max(case when jsonb_typeof(x.output) = 'array' then jsonb_array_length(x.output) end) as output_len
+                from unnest(v_runs, v_c_steps, v_c_flows, v_c_outputs) as x (run_id, step_slug, flow_slug, output)
+                join pgflow.deps as d on d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
+                join pgflow.steps as ch on ch.flow_slug = d.flow_slug and ch.step_slug = d.step_slug
+               group by x.run_id, d.step_slug, ch.step_type
+            ) as p
+           where cs.ctid = any (v_child_tids)
+             and cs.run_id = p.run_id
+             and cs.step_slug = p.child_slug
+          returning cs.run_id, cs.step_slug, cs.remaining_deps, cs.status
+        )
+        select array_agg(distinct u.run_id) filter (where u.remaining_deps = 0 and u.status = 'created'),
+               array_agg(u.run_id) filter (where u.status = 'started'),
+               array_agg(u.step_slug) filter (where u.status = 'started')
+          into v_ready, v_started_runs, v_started_slugs
+          from upd as u;
+      end if;
 
       -- The runs: one step fewer per completed step. A run left without steps is complete (nothing can start
       -- or cascade in it any more): it becomes 'completed' in the same row version, with the outputs of its
@@ -340,7 +343,9 @@ begin
         case when v_realtime then v_events || coalesce(v_run_events, '{}') end);
 
       -- Taskless steps (maps over an empty array) that became ready complete by cascade. (The flows of these
-      -- runs have no conditions, so resolving conditions first would change nothing.)
+      -- runs have no conditions, so resolving conditions first would change nothing.) Only a dependent updated
+      -- above can have become ready.
+      if v_ready is not null then
       v_cascaded := array(
         select r.run_id
           from (select distinct x.run_id from unnest(v_runs) as x (run_id) order by x.run_id) as r
@@ -355,6 +360,7 @@ begin
       foreach v_run_id in array v_cascaded loop
         perform pgflow.cascade_complete_taskless_steps(v_run_id);
       end loop;
+      end if;
     end if;
 
     -- The completed tasks' messages, one archive call per queue.
