@@ -9,7 +9,6 @@ volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_group  record;
   v_runs   uuid[];
   v_slugs  text[];
   v_flows  text[];
@@ -87,55 +86,8 @@ begin
   if v_runs is null then
     return;
   end if;
-  perform pgflow._emit_envelopes(array_fill('step:started'::text, array[cardinality(v_runs)]), v_runs, v_flows,
-                                 v_slugs, array_fill('started'::text, array[cardinality(v_runs)]),
-                                 case when v_realtime then v_events end);
-
-  -- One send_batch per (queue, delay), in its form with headers and a time (the one PGMQ implements; the others
-  -- are SQL functions that wrap it and are planned again on every call). send_batch returns the new ids in array
-  -- order and ids increase along the array, so the n-th smallest id belongs to the n-th message of the array,
-  -- which is ordered by (run_id, step_slug, task_index) exactly like the numbering of the tasks.
-  for v_group in
-    select distinct x.queue_name, x.start_delay
-      from unnest(v_queues, v_delays) as x (queue_name, start_delay)
-     order by x.queue_name, x.start_delay
-  loop
-    insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name)
-    select m.flow_slug, m.run_id, m.step_slug, m.task_index, sent.msg_id, v_group.queue_name
-      from (
-        select x.flow_slug, x.run_id, x.step_slug, i.i as task_index,
-               row_number() over (order by x.run_id, x.step_slug, i.i) as n
-          from unnest(v_flows, v_runs, v_slugs, v_queues, v_delays, v_counts)
-                 as x (flow_slug, run_id, step_slug, queue_name, start_delay, initial_tasks)
-          cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
-         where x.queue_name = v_group.queue_name
-           and x.start_delay = v_group.start_delay
-      ) as m
-      join (
-        select s.msg_id, row_number() over (order by s.msg_id) as n
-          from pgmq.send_batch(
-                 v_group.queue_name,
-                 array(
-                   select jsonb_build_object(
-                            'flow_slug', x.flow_slug,
-                            'run_id', x.run_id,
-                            'step_slug', x.step_slug,
-                            'task_index', i.i)
-                     from unnest(v_flows, v_runs, v_slugs, v_queues, v_delays, v_counts)
-                            as x (flow_slug, run_id, step_slug, queue_name, start_delay, initial_tasks)
-                     cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
-                    where x.queue_name = v_group.queue_name
-                      and x.start_delay = v_group.start_delay
-                    order by x.run_id, x.step_slug, i.i),
-                 null::jsonb[],
-                 clock_timestamp() + make_interval(secs => v_group.start_delay)) as s (msg_id)
-      ) as sent on sent.n = m.n;
-
-    -- Wake the workers waiting on this queue (one notification per queue and transaction: PostgreSQL folds
-    -- identical notifications of one transaction). Delayed messages: tell them when the messages become visible,
-    -- one announcement per (queue, delay) group.
-    perform pgflow._wake_queue(v_group.queue_name, v_group.start_delay);
-  end loop;
+  perform pgflow._send_step_tasks(v_runs, v_slugs, v_flows, v_queues, v_delays, v_counts,
+                                  case when v_realtime then v_events end);
 end;
 $$;
 

@@ -18,8 +18,14 @@ declare
   v_bad        record;
   v_run        record;
   v_fold       boolean;
+  v_realtime      boolean;
   v_started_runs  uuid[];
   v_started_slugs text[];
+  v_started_flows text[];
+  v_started_queues text[];
+  v_started_delays integer[];
+  v_started_counts integer[];
+  v_started_events jsonb[];
 begin
   if v_n = 0 then
     return;
@@ -71,10 +77,9 @@ begin
 
   -- Without conditions and root maps nothing can happen to a root step between its creation and its start (no
   -- condition to resolve, no taskless step to cascade): it is written 'started' right away, one row version
-  -- instead of two, and _start_ready_steps_batch below sends its messages and events as if it had started it.
+  -- instead of two, and _send_step_tasks below sends its messages and events as if it had been started.
   v_fold := not v_conditions and v_root_maps = 0;
-  with inserted as (
-    insert into pgflow.step_states (flow_slug, run_id, step_slug, remaining_deps, initial_tasks, status, started_at,
+  insert into pgflow.step_states (flow_slug, run_id, step_slug, remaining_deps, initial_tasks, status, started_at,
                                     remaining_tasks)
     select s.flow_slug,
            x.run_id,
@@ -91,13 +96,7 @@ begin
       from unnest(v_ids, start_flows.inputs) with ordinality as x (run_id, input, pos)
       cross join pgflow.steps as s
      where s.flow_slug = start_flows.flow_slug
-     order by x.pos, s.step_index
-    returning step_states.run_id, step_states.step_slug, step_states.status
-  )
-  select array_agg(i.run_id), array_agg(i.step_slug)
-    into v_started_runs, v_started_slugs
-    from inserted as i
-   where i.status = 'started';
+     order by x.pos, s.step_index;
 
   -- run:started of every run, in input order (a new run is 'started'). The JSON payload is built only for
   -- realtime.send: the notifications carry a small envelope made from the fields.
@@ -123,10 +122,34 @@ begin
     end);
 
   if v_fold and v_step_count > 0 then
-    -- Every step without dependencies was inserted 'started' and every other step waits for one: nothing is
-    -- taskless, skipped or ready at the start, and no run can finish here. Only the started steps need their
-    -- tasks and messages.
-    perform pgflow._start_ready_steps_batch(null, v_started_runs, v_started_slugs);
+    -- Every step without dependencies was inserted 'started' with one task and every other step waits for one:
+    -- nothing is taskless, skipped or ready at the start, and no run can finish here. Only the started steps need
+    -- their events, tasks and messages, and their fields are the steps' own: nothing is read back. (The same
+    -- order as _start_ready_steps_batch: by run, then step_index.)
+    v_realtime := pgflow._trusted_realtime_send() is not null;
+    select array_agg(r.run_id), array_agg(r.step_slug), array_agg(r.flow_slug), array_agg(r.queue_name),
+           array_agg(r.start_delay), array_agg(1),
+           array_agg(case when v_realtime then jsonb_build_object(
+                       'event_type', 'step:started',
+                       'run_id', r.run_id,
+                       'flow_slug', r.flow_slug,
+                       'step_slug', r.step_slug,
+                       'status', 'started',
+                       'started_at', now(),
+                       'remaining_tasks', 1,
+                       'remaining_deps', r.deps_count) end)
+      into v_started_runs, v_started_slugs, v_started_flows, v_started_queues, v_started_delays, v_started_counts,
+           v_started_events
+      from (select k.run_id, s.step_slug, s.flow_slug, s.queue_name, coalesce(s.opt_start_delay, 0) as start_delay,
+                   s.deps_count
+              from unnest(v_ids) as k (run_id)
+              cross join pgflow.steps as s
+             where s.flow_slug = start_flows.flow_slug
+               and s.deps_count = 0
+             order by k.run_id, s.step_index) as r;
+    perform pgflow._send_step_tasks(v_started_runs, v_started_slugs, v_started_flows, v_started_queues,
+                                    v_started_delays, v_started_counts,
+                                    case when v_realtime then v_started_events end);
   else
     if v_conditions then
       -- As start_flow: conditions first, then taskless steps, run by run.
@@ -152,7 +175,7 @@ begin
     end if;
 
     -- Runs whose conditions failed them are no longer 'started': both calls leave them alone.
-    perform pgflow._start_ready_steps_batch(v_ids, v_started_runs, v_started_slugs);
+    perform pgflow._start_ready_steps_batch(v_ids);
     perform pgflow._maybe_complete_runs(v_ids);
   end if;
 
@@ -173,8 +196,9 @@ transaction). It guarantees:
     with the same functions start_flow calls), taskless steps completed, ready steps started with tasks and
     messages, and the run completed when nothing is left;
   * set-based work: one INSERT for all runs, one for all step states, and the ready steps of all runs start
-    through pgflow._start_ready_steps_batch (one pgmq.send_batch per queue and delay), finished runs complete
-    through pgflow._maybe_complete_runs; events of one run keep start_flow's order;
+    through pgflow._start_ready_steps_batch (one pgmq.send_batch per queue and delay; root steps of a flow
+    without conditions and root maps are inserted 'started' and go straight to pgflow._send_step_tasks),
+    finished runs complete through pgflow._maybe_complete_runs; events of one run keep start_flow's order;
   * a flow with root map steps needs an array input for every run: SQL NULL raises
     'Flow <slug> has root map steps but input <n> is NULL', any other JSON type raises
     'Flow <slug> has root map steps but input <n> is not an array (got <type>)' (P0001, n counting from 1),

@@ -1197,6 +1197,100 @@ $doc$;
 select pg_temp.pgflow_v020_grant_with('pgflow._emit_events(jsonb[])',
   'pgflow._emit_envelopes(text[], uuid[], text[], text[], text[], jsonb[])');
 
+-- generated from sql/core: 0100_function__send_step_tasks.sql
+create or replace function pgflow._send_step_tasks(
+  run_ids      uuid[],
+  step_slugs   text[],
+  flow_slugs   text[],
+  queue_names  text[],
+  start_delays integer[],
+  task_counts  integer[],
+  payloads     jsonb[] default null
+)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_n     integer := coalesce(cardinality(_send_step_tasks.run_ids), 0);
+  v_group record;
+begin
+  if v_n = 0 then
+    return;
+  end if;
+
+  perform pgflow._emit_envelopes(array_fill('step:started'::text, array[v_n]), _send_step_tasks.run_ids,
+                                 _send_step_tasks.flow_slugs, _send_step_tasks.step_slugs,
+                                 array_fill('started'::text, array[v_n]), _send_step_tasks.payloads);
+
+  -- One send_batch per (queue, delay), in its form with headers and a time (the one PGMQ implements; the others
+  -- are SQL functions that wrap it and are planned again on every call). send_batch returns the new ids in array
+  -- order and ids increase along the array, so the n-th smallest id belongs to the n-th message of the array,
+  -- which is ordered by (run_id, step_slug, task_index) exactly like the numbering of the tasks.
+  for v_group in
+    select distinct x.queue_name, x.start_delay
+      from unnest(_send_step_tasks.queue_names, _send_step_tasks.start_delays) as x (queue_name, start_delay)
+     order by x.queue_name, x.start_delay
+  loop
+    insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name)
+    select m.flow_slug, m.run_id, m.step_slug, m.task_index, sent.msg_id, v_group.queue_name
+      from (
+        select x.flow_slug, x.run_id, x.step_slug, i.i as task_index,
+               row_number() over (order by x.run_id, x.step_slug, i.i) as n
+          from unnest(_send_step_tasks.flow_slugs, _send_step_tasks.run_ids, _send_step_tasks.step_slugs, _send_step_tasks.queue_names, _send_step_tasks.start_delays, _send_step_tasks.task_counts)
+                 as x (flow_slug, run_id, step_slug, queue_name, start_delay, initial_tasks)
+          cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
+         where x.queue_name = v_group.queue_name
+           and x.start_delay = v_group.start_delay
+      ) as m
+      join (
+        select s.msg_id, row_number() over (order by s.msg_id) as n
+          from pgmq.send_batch(
+                 v_group.queue_name,
+                 array(
+                   select jsonb_build_object(
+                            'flow_slug', x.flow_slug,
+                            'run_id', x.run_id,
+                            'step_slug', x.step_slug,
+                            'task_index', i.i)
+                     from unnest(_send_step_tasks.flow_slugs, _send_step_tasks.run_ids, _send_step_tasks.step_slugs, _send_step_tasks.queue_names, _send_step_tasks.start_delays, _send_step_tasks.task_counts)
+                            as x (flow_slug, run_id, step_slug, queue_name, start_delay, initial_tasks)
+                     cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
+                    where x.queue_name = v_group.queue_name
+                      and x.start_delay = v_group.start_delay
+                    order by x.run_id, x.step_slug, i.i),
+                 null::jsonb[],
+                 clock_timestamp() + make_interval(secs => v_group.start_delay)) as s (msg_id)
+      ) as sent on sent.n = m.n;
+
+    -- Wake the workers waiting on this queue (one notification per queue and transaction: PostgreSQL folds
+    -- identical notifications of one transaction). Delayed messages: tell them when the messages become visible,
+    -- one announcement per (queue, delay) group.
+    perform pgflow._wake_queue(v_group.queue_name, v_group.start_delay);
+  end loop;
+end;
+$$;
+
+comment on function pgflow._send_step_tasks(run_ids uuid[], step_slugs text[], flow_slugs text[], queue_names text[], start_delays integer[], task_counts integer[], payloads jsonb[]) is $doc$
+pgflow._send_step_tasks(run_ids, step_slugs, flow_slugs, queue_names, start_delays, task_counts, payloads)
+guarantees (v0.20.0): what follows when steps become 'started' - the caller has made the step states
+(run_ids[i], step_slugs[i]) of flow flow_slugs[i] 'started' in this transaction, with task_counts[i] tasks, and
+lists them by run, then step_index. For every i, in array order:
+  * step:started is emitted (pgflow._emit_envelopes, status 'started'; payloads[i] goes to a trusted
+    realtime.send when payloads is not NULL);
+  * one message per task {"flow_slug", "run_id", "step_slug", "task_index"} goes to queue_names[i], delayed by
+    start_delays[i] seconds, with one pgmq.send_batch call per (queue, delay) for all the steps together, and one
+    'queued' step_tasks row per message is written with its message_id and that queue_name (task_index 0 ..
+    task_counts[i]-1, paired with the message carrying that index); no queue is created here (no DDL);
+  * after each (queue, delay) group, pgflow._wake_queue wakes the queue's workers (undelayed) or announces when
+    the messages become visible (delayed);
+  * empty or NULL arrays do nothing. The arrays are paired by position and must be equally long.
+Used by pgflow._start_ready_steps_batch after it chose the steps, and by pgflow.start_flows for the root steps it
+inserted 'started' (it knows their fields without reading them back).
+$doc$;
+-- end generated
+
 -- generated from sql/core: 0100_function__start_ready_steps_batch.sql
 create or replace function pgflow._start_ready_steps_batch(
   run_ids            uuid[],
@@ -1209,7 +1303,6 @@ volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_group  record;
   v_runs   uuid[];
   v_slugs  text[];
   v_flows  text[];
@@ -1287,55 +1380,8 @@ begin
   if v_runs is null then
     return;
   end if;
-  perform pgflow._emit_envelopes(array_fill('step:started'::text, array[cardinality(v_runs)]), v_runs, v_flows,
-                                 v_slugs, array_fill('started'::text, array[cardinality(v_runs)]),
-                                 case when v_realtime then v_events end);
-
-  -- One send_batch per (queue, delay), in its form with headers and a time (the one PGMQ implements; the others
-  -- are SQL functions that wrap it and are planned again on every call). send_batch returns the new ids in array
-  -- order and ids increase along the array, so the n-th smallest id belongs to the n-th message of the array,
-  -- which is ordered by (run_id, step_slug, task_index) exactly like the numbering of the tasks.
-  for v_group in
-    select distinct x.queue_name, x.start_delay
-      from unnest(v_queues, v_delays) as x (queue_name, start_delay)
-     order by x.queue_name, x.start_delay
-  loop
-    insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name)
-    select m.flow_slug, m.run_id, m.step_slug, m.task_index, sent.msg_id, v_group.queue_name
-      from (
-        select x.flow_slug, x.run_id, x.step_slug, i.i as task_index,
-               row_number() over (order by x.run_id, x.step_slug, i.i) as n
-          from unnest(v_flows, v_runs, v_slugs, v_queues, v_delays, v_counts)
-                 as x (flow_slug, run_id, step_slug, queue_name, start_delay, initial_tasks)
-          cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
-         where x.queue_name = v_group.queue_name
-           and x.start_delay = v_group.start_delay
-      ) as m
-      join (
-        select s.msg_id, row_number() over (order by s.msg_id) as n
-          from pgmq.send_batch(
-                 v_group.queue_name,
-                 array(
-                   select jsonb_build_object(
-                            'flow_slug', x.flow_slug,
-                            'run_id', x.run_id,
-                            'step_slug', x.step_slug,
-                            'task_index', i.i)
-                     from unnest(v_flows, v_runs, v_slugs, v_queues, v_delays, v_counts)
-                            as x (flow_slug, run_id, step_slug, queue_name, start_delay, initial_tasks)
-                     cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
-                    where x.queue_name = v_group.queue_name
-                      and x.start_delay = v_group.start_delay
-                    order by x.run_id, x.step_slug, i.i),
-                 null::jsonb[],
-                 clock_timestamp() + make_interval(secs => v_group.start_delay)) as s (msg_id)
-      ) as sent on sent.n = m.n;
-
-    -- Wake the workers waiting on this queue (one notification per queue and transaction: PostgreSQL folds
-    -- identical notifications of one transaction). Delayed messages: tell them when the messages become visible,
-    -- one announcement per (queue, delay) group.
-    perform pgflow._wake_queue(v_group.queue_name, v_group.start_delay);
-  end loop;
+  perform pgflow._send_step_tasks(v_runs, v_slugs, v_flows, v_queues, v_delays, v_counts,
+                                  case when v_realtime then v_events end);
 end;
 $$;
 
@@ -1365,6 +1411,11 @@ exactly what pgflow.start_ready_steps(run_id) guarantees, done set-based:
     the same order, its messages and tasks - and are not updated again. NULL arrays name none.
 $doc$;
 -- end generated
+
+-- Roles that may start ready steps (pgflow._start_ready_steps_batch: whoever starts runs or completes tasks) may
+-- send the started steps' tasks, which it and start_flows now do through pgflow._send_step_tasks.
+select pg_temp.pgflow_v020_grant_with('pgflow._start_ready_steps_batch(uuid[],uuid[],text[])',
+  'pgflow._send_step_tasks(uuid[], text[], text[], text[], integer[], integer[], jsonb[])');
 
 -- generated from sql/core: 0100_function_add_step.sql
 create or replace function pgflow.add_step(
@@ -4686,8 +4737,14 @@ declare
   v_bad        record;
   v_run        record;
   v_fold       boolean;
+  v_realtime      boolean;
   v_started_runs  uuid[];
   v_started_slugs text[];
+  v_started_flows text[];
+  v_started_queues text[];
+  v_started_delays integer[];
+  v_started_counts integer[];
+  v_started_events jsonb[];
 begin
   if v_n = 0 then
     return;
@@ -4739,10 +4796,9 @@ begin
 
   -- Without conditions and root maps nothing can happen to a root step between its creation and its start (no
   -- condition to resolve, no taskless step to cascade): it is written 'started' right away, one row version
-  -- instead of two, and _start_ready_steps_batch below sends its messages and events as if it had started it.
+  -- instead of two, and _send_step_tasks below sends its messages and events as if it had been started.
   v_fold := not v_conditions and v_root_maps = 0;
-  with inserted as (
-    insert into pgflow.step_states (flow_slug, run_id, step_slug, remaining_deps, initial_tasks, status, started_at,
+  insert into pgflow.step_states (flow_slug, run_id, step_slug, remaining_deps, initial_tasks, status, started_at,
                                     remaining_tasks)
     select s.flow_slug,
            x.run_id,
@@ -4759,13 +4815,7 @@ begin
       from unnest(v_ids, start_flows.inputs) with ordinality as x (run_id, input, pos)
       cross join pgflow.steps as s
      where s.flow_slug = start_flows.flow_slug
-     order by x.pos, s.step_index
-    returning step_states.run_id, step_states.step_slug, step_states.status
-  )
-  select array_agg(i.run_id), array_agg(i.step_slug)
-    into v_started_runs, v_started_slugs
-    from inserted as i
-   where i.status = 'started';
+     order by x.pos, s.step_index;
 
   -- run:started of every run, in input order (a new run is 'started'). The JSON payload is built only for
   -- realtime.send: the notifications carry a small envelope made from the fields.
@@ -4791,10 +4841,34 @@ begin
     end);
 
   if v_fold and v_step_count > 0 then
-    -- Every step without dependencies was inserted 'started' and every other step waits for one: nothing is
-    -- taskless, skipped or ready at the start, and no run can finish here. Only the started steps need their
-    -- tasks and messages.
-    perform pgflow._start_ready_steps_batch(null, v_started_runs, v_started_slugs);
+    -- Every step without dependencies was inserted 'started' with one task and every other step waits for one:
+    -- nothing is taskless, skipped or ready at the start, and no run can finish here. Only the started steps need
+    -- their events, tasks and messages, and their fields are the steps' own: nothing is read back. (The same
+    -- order as _start_ready_steps_batch: by run, then step_index.)
+    v_realtime := pgflow._trusted_realtime_send() is not null;
+    select array_agg(r.run_id), array_agg(r.step_slug), array_agg(r.flow_slug), array_agg(r.queue_name),
+           array_agg(r.start_delay), array_agg(1),
+           array_agg(case when v_realtime then jsonb_build_object(
+                       'event_type', 'step:started',
+                       'run_id', r.run_id,
+                       'flow_slug', r.flow_slug,
+                       'step_slug', r.step_slug,
+                       'status', 'started',
+                       'started_at', now(),
+                       'remaining_tasks', 1,
+                       'remaining_deps', r.deps_count) end)
+      into v_started_runs, v_started_slugs, v_started_flows, v_started_queues, v_started_delays, v_started_counts,
+           v_started_events
+      from (select k.run_id, s.step_slug, s.flow_slug, s.queue_name, coalesce(s.opt_start_delay, 0) as start_delay,
+                   s.deps_count
+              from unnest(v_ids) as k (run_id)
+              cross join pgflow.steps as s
+             where s.flow_slug = start_flows.flow_slug
+               and s.deps_count = 0
+             order by k.run_id, s.step_index) as r;
+    perform pgflow._send_step_tasks(v_started_runs, v_started_slugs, v_started_flows, v_started_queues,
+                                    v_started_delays, v_started_counts,
+                                    case when v_realtime then v_started_events end);
   else
     if v_conditions then
       -- As start_flow: conditions first, then taskless steps, run by run.
@@ -4820,7 +4894,7 @@ begin
     end if;
 
     -- Runs whose conditions failed them are no longer 'started': both calls leave them alone.
-    perform pgflow._start_ready_steps_batch(v_ids, v_started_runs, v_started_slugs);
+    perform pgflow._start_ready_steps_batch(v_ids);
     perform pgflow._maybe_complete_runs(v_ids);
   end if;
 
@@ -4841,8 +4915,9 @@ transaction). It guarantees:
     with the same functions start_flow calls), taskless steps completed, ready steps started with tasks and
     messages, and the run completed when nothing is left;
   * set-based work: one INSERT for all runs, one for all step states, and the ready steps of all runs start
-    through pgflow._start_ready_steps_batch (one pgmq.send_batch per queue and delay), finished runs complete
-    through pgflow._maybe_complete_runs; events of one run keep start_flow's order;
+    through pgflow._start_ready_steps_batch (one pgmq.send_batch per queue and delay; root steps of a flow
+    without conditions and root maps are inserted 'started' and go straight to pgflow._send_step_tasks),
+    finished runs complete through pgflow._maybe_complete_runs; events of one run keep start_flow's order;
   * a flow with root map steps needs an array input for every run: SQL NULL raises
     'Flow <slug> has root map steps but input <n> is NULL', any other JSON type raises
     'Flow <slug> has root map steps but input <n> is not an array (got <type>)' (P0001, n counting from 1),

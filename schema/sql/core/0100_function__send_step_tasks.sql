@@ -1,0 +1,91 @@
+create or replace function pgflow._send_step_tasks(
+  run_ids      uuid[],
+  step_slugs   text[],
+  flow_slugs   text[],
+  queue_names  text[],
+  start_delays integer[],
+  task_counts  integer[],
+  payloads     jsonb[] default null
+)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_n     integer := coalesce(cardinality(_send_step_tasks.run_ids), 0);
+  v_group record;
+begin
+  if v_n = 0 then
+    return;
+  end if;
+
+  perform pgflow._emit_envelopes(array_fill('step:started'::text, array[v_n]), _send_step_tasks.run_ids,
+                                 _send_step_tasks.flow_slugs, _send_step_tasks.step_slugs,
+                                 array_fill('started'::text, array[v_n]), _send_step_tasks.payloads);
+
+  -- One send_batch per (queue, delay), in its form with headers and a time (the one PGMQ implements; the others
+  -- are SQL functions that wrap it and are planned again on every call). send_batch returns the new ids in array
+  -- order and ids increase along the array, so the n-th smallest id belongs to the n-th message of the array,
+  -- which is ordered by (run_id, step_slug, task_index) exactly like the numbering of the tasks.
+  for v_group in
+    select distinct x.queue_name, x.start_delay
+      from unnest(_send_step_tasks.queue_names, _send_step_tasks.start_delays) as x (queue_name, start_delay)
+     order by x.queue_name, x.start_delay
+  loop
+    insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name)
+    select m.flow_slug, m.run_id, m.step_slug, m.task_index, sent.msg_id, v_group.queue_name
+      from (
+        select x.flow_slug, x.run_id, x.step_slug, i.i as task_index,
+               row_number() over (order by x.run_id, x.step_slug, i.i) as n
+          from unnest(_send_step_tasks.flow_slugs, _send_step_tasks.run_ids, _send_step_tasks.step_slugs, _send_step_tasks.queue_names, _send_step_tasks.start_delays, _send_step_tasks.task_counts)
+                 as x (flow_slug, run_id, step_slug, queue_name, start_delay, initial_tasks)
+          cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
+         where x.queue_name = v_group.queue_name
+           and x.start_delay = v_group.start_delay
+      ) as m
+      join (
+        select s.msg_id, row_number() over (order by s.msg_id) as n
+          from pgmq.send_batch(
+                 v_group.queue_name,
+                 array(
+                   select jsonb_build_object(
+                            'flow_slug', x.flow_slug,
+                            'run_id', x.run_id,
+                            'step_slug', x.step_slug,
+                            'task_index', i.i)
+                     from unnest(_send_step_tasks.flow_slugs, _send_step_tasks.run_ids, _send_step_tasks.step_slugs, _send_step_tasks.queue_names, _send_step_tasks.start_delays, _send_step_tasks.task_counts)
+                            as x (flow_slug, run_id, step_slug, queue_name, start_delay, initial_tasks)
+                     cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
+                    where x.queue_name = v_group.queue_name
+                      and x.start_delay = v_group.start_delay
+                    order by x.run_id, x.step_slug, i.i),
+                 null::jsonb[],
+                 clock_timestamp() + make_interval(secs => v_group.start_delay)) as s (msg_id)
+      ) as sent on sent.n = m.n;
+
+    -- Wake the workers waiting on this queue (one notification per queue and transaction: PostgreSQL folds
+    -- identical notifications of one transaction). Delayed messages: tell them when the messages become visible,
+    -- one announcement per (queue, delay) group.
+    perform pgflow._wake_queue(v_group.queue_name, v_group.start_delay);
+  end loop;
+end;
+$$;
+
+comment on function pgflow._send_step_tasks(run_ids uuid[], step_slugs text[], flow_slugs text[], queue_names text[], start_delays integer[], task_counts integer[], payloads jsonb[]) is $doc$
+pgflow._send_step_tasks(run_ids, step_slugs, flow_slugs, queue_names, start_delays, task_counts, payloads)
+guarantees (v0.20.0): what follows when steps become 'started' - the caller has made the step states
+(run_ids[i], step_slugs[i]) of flow flow_slugs[i] 'started' in this transaction, with task_counts[i] tasks, and
+lists them by run, then step_index. For every i, in array order:
+  * step:started is emitted (pgflow._emit_envelopes, status 'started'; payloads[i] goes to a trusted
+    realtime.send when payloads is not NULL);
+  * one message per task {"flow_slug", "run_id", "step_slug", "task_index"} goes to queue_names[i], delayed by
+    start_delays[i] seconds, with one pgmq.send_batch call per (queue, delay) for all the steps together, and one
+    'queued' step_tasks row per message is written with its message_id and that queue_name (task_index 0 ..
+    task_counts[i]-1, paired with the message carrying that index); no queue is created here (no DDL);
+  * after each (queue, delay) group, pgflow._wake_queue wakes the queue's workers (undelayed) or announces when
+    the messages become visible (delayed);
+  * empty or NULL arrays do nothing. The arrays are paired by position and must be equally long.
+Used by pgflow._start_ready_steps_batch after it chose the steps, and by pgflow.start_flows for the root steps it
+inserted 'started' (it knows their fields without reading them back).
+$doc$;
