@@ -2328,6 +2328,11 @@ declare
   v_c_outputs jsonb[];
   v_started_runs  uuid[];
   v_started_slugs text[];
+  v_started_flows  text[];
+  v_started_queues text[];
+  v_started_delays integer[];
+  v_started_counts integer[];
+  v_started_events jsonb[];
   v_run_tids   tid[];
   v_state_tids tid[];
   v_task_tids  tid[];
@@ -2562,22 +2567,42 @@ begin
                                      else cs.remaining_tasks
                                    end
             from (
-              select x.run_id, d.step_slug as child_slug, ch.step_type as child_type, count(*)::integer as n,
+              select x.run_id, d.step_slug as child_slug, ch.step_type as child_type, ch.step_index as child_index,
+                     ch.queue_name as child_queue, coalesce(ch.opt_start_delay, 0) as child_delay,
+                     count(*)::integer as n,
                      max(case when jsonb_typeof(x.output) = 'array' then jsonb_array_length(x.output) end) as output_len
                 from unnest(v_runs, v_c_steps, v_c_flows, v_c_outputs) as x (run_id, step_slug, flow_slug, output)
                 join pgflow.deps as d on d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
                 join pgflow.steps as ch on ch.flow_slug = d.flow_slug and ch.step_slug = d.step_slug
-               group by x.run_id, d.step_slug, ch.step_type
+               group by x.run_id, d.step_slug, ch.step_type, ch.step_index, ch.queue_name, ch.opt_start_delay
             ) as p
            where cs.ctid = any (v_child_tids)
              and cs.run_id = p.run_id
              and cs.step_slug = p.child_slug
-          returning cs.run_id, cs.step_slug, cs.remaining_deps, cs.status
+          returning cs.run_id, cs.step_slug, cs.flow_slug, cs.remaining_deps, cs.status, cs.started_at,
+                    cs.remaining_tasks, cs.initial_tasks, p.child_index, p.child_queue, p.child_delay
         )
+        -- The started dependents by run, then step_index (the order of their step:started events), with what
+        -- _send_step_tasks needs to send their tasks without reading them back.
         select array_agg(distinct u.run_id) filter (where u.remaining_deps = 0 and u.status = 'created'),
-               array_agg(u.run_id) filter (where u.status = 'started'),
-               array_agg(u.step_slug) filter (where u.status = 'started')
-          into v_ready, v_started_runs, v_started_slugs
+               array_agg(u.run_id order by u.run_id, u.child_index) filter (where u.status = 'started'),
+               array_agg(u.step_slug order by u.run_id, u.child_index) filter (where u.status = 'started'),
+               array_agg(u.flow_slug order by u.run_id, u.child_index) filter (where u.status = 'started'),
+               array_agg(u.child_queue order by u.run_id, u.child_index) filter (where u.status = 'started'),
+               array_agg(u.child_delay order by u.run_id, u.child_index) filter (where u.status = 'started'),
+               array_agg(u.initial_tasks order by u.run_id, u.child_index) filter (where u.status = 'started'),
+               array_agg(case when v_realtime then jsonb_build_object(
+                           'event_type', 'step:started',
+                           'run_id', u.run_id,
+                           'flow_slug', u.flow_slug,
+                           'step_slug', u.step_slug,
+                           'status', u.status,
+                           'started_at', u.started_at,
+                           'remaining_tasks', u.remaining_tasks,
+                           'remaining_deps', u.remaining_deps) end
+                         order by u.run_id, u.child_index) filter (where u.status = 'started')
+          into v_ready, v_started_runs, v_started_slugs, v_started_flows, v_started_queues, v_started_delays,
+               v_started_counts, v_started_events
           from upd as u;
       end if;
 
@@ -2671,10 +2696,14 @@ begin
       perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
     end loop;
 
-    -- Only runs where a dependent became ready or a cascade ran can have steps to start.
-    if v_ready is not null or cardinality(v_cascaded) > 0 or v_started_runs is not null then
+    -- Only runs where a dependent became ready or a cascade ran can have steps to start. Without either, the only
+    -- steps to start are the dependents the update above started, and their fields are at hand.
+    if v_ready is not null or cardinality(v_cascaded) > 0 then
       perform pgflow._start_ready_steps_batch(coalesce(v_ready, '{}') || v_cascaded, v_started_runs, v_started_slugs);
       perform pgflow._maybe_complete_runs(v_cascaded);
+    elsif v_started_runs is not null then
+      perform pgflow._send_step_tasks(v_started_runs, v_started_slugs, v_started_flows, v_started_queues,
+                                      v_started_delays, v_started_counts, case when v_realtime then v_started_events end);
     end if;
 
     foreach v_pos in array v_fast loop
