@@ -49,3 +49,23 @@ func TestUpgradeToV020GrantsEnvelopesToEventEmitters(t *testing.T) {
 	require.Contains(t, granted, emitter)
 	require.NotContains(t, granted, bystander)
 }
+
+// Upgrading to v0.20.0 gives the roles that could start ready steps (execute on _start_ready_steps_batch: whoever
+// starts runs or completes tasks) pgflow._send_step_tasks, which it, start_flows and complete_tasks now call, and
+// nobody else.
+func TestUpgradeToV020GrantsSendStepTasksToStepStarters(t *testing.T) {
+	t.Parallel()
+	db := newAt(t, "v0.19.0")
+	starter, bystander := newRole(t, db.URL), newRole(t, db.URL)
+	fx.Exec(t, db.Pool, fmt.Sprintf(`grant execute on function pgflow._start_ready_steps_batch(uuid[], uuid[], text[]) to %s`, starter))
+
+	_, err := db.upTo(t, "v0.20.0")
+	require.NoError(t, err)
+
+	granted := fx.Val[[]string](t, db.Pool, `select coalesce(array_agg(a.grantee::regrole::text order by 1), '{}')
+		from pg_proc as p cross join lateral aclexplode(p.proacl) as a
+		where p.oid = 'pgflow._send_step_tasks(uuid[], text[], text[], text[], integer[], integer[])'::regprocedure
+		  and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0`)
+	require.Contains(t, granted, starter)
+	require.NotContains(t, granted, bystander)
+}

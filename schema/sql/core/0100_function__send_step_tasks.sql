@@ -4,8 +4,7 @@ create or replace function pgflow._send_step_tasks(
   flow_slugs   text[],
   queue_names  text[],
   start_delays integer[],
-  task_counts  integer[],
-  payloads     jsonb[] default null
+  task_counts  integer[]
 )
 returns void
 language plpgsql
@@ -20,9 +19,30 @@ begin
     return;
   end if;
 
-  perform pgflow._emit_envelopes(array_fill('step:started'::text, array[v_n]), _send_step_tasks.run_ids,
-                                 _send_step_tasks.flow_slugs, _send_step_tasks.step_slugs,
-                                 array_fill('started'::text, array[v_n]), _send_step_tasks.payloads);
+  -- step:started; its JSON payload only for a trusted realtime.send. A step started in this transaction has
+  -- started_at now(), remaining_tasks = its task count and no remaining dependency, so the payload is made from
+  -- the arguments, as the stored state would give it.
+  perform pgflow._emit_envelopes(
+    array_fill('step:started'::text, array[v_n]),
+    _send_step_tasks.run_ids,
+    _send_step_tasks.flow_slugs,
+    _send_step_tasks.step_slugs,
+    array_fill('started'::text, array[v_n]),
+    case
+      when pgflow._trusted_realtime_send() is not null then array(
+        select jsonb_build_object(
+                 'event_type', 'step:started',
+                 'run_id', x.run_id,
+                 'flow_slug', x.flow_slug,
+                 'step_slug', x.step_slug,
+                 'status', 'started',
+                 'started_at', now(),
+                 'remaining_tasks', x.task_count,
+                 'remaining_deps', 0)
+          from unnest(_send_step_tasks.run_ids, _send_step_tasks.flow_slugs, _send_step_tasks.step_slugs,
+                      _send_step_tasks.task_counts) with ordinality as x (run_id, flow_slug, step_slug, task_count, pos)
+         order by x.pos)
+    end);
 
   -- One send_batch per (queue, delay), in its form with headers and a time (the one PGMQ implements; the others
   -- are SQL functions that wrap it and are planned again on every call). send_batch returns the new ids in array
@@ -72,13 +92,14 @@ begin
 end;
 $$;
 
-comment on function pgflow._send_step_tasks(run_ids uuid[], step_slugs text[], flow_slugs text[], queue_names text[], start_delays integer[], task_counts integer[], payloads jsonb[]) is $doc$
-pgflow._send_step_tasks(run_ids, step_slugs, flow_slugs, queue_names, start_delays, task_counts, payloads)
-guarantees (v0.20.0): what follows when steps become 'started' - the caller has made the step states
-(run_ids[i], step_slugs[i]) of flow flow_slugs[i] 'started' in this transaction, with task_counts[i] tasks, and
-lists them by run, then step_index. For every i, in array order:
-  * step:started is emitted (pgflow._emit_envelopes, status 'started'; payloads[i] goes to a trusted
-    realtime.send when payloads is not NULL);
+comment on function pgflow._send_step_tasks(run_ids uuid[], step_slugs text[], flow_slugs text[], queue_names text[], start_delays integer[], task_counts integer[]) is $doc$
+pgflow._send_step_tasks(run_ids, step_slugs, flow_slugs, queue_names, start_delays, task_counts) guarantees
+(v0.20.0): what follows when steps become 'started' - the caller has made the step states (run_ids[i],
+step_slugs[i]) of flow flow_slugs[i] 'started' in this transaction (started_at now(), remaining_tasks =
+task_counts[i], remaining_deps 0) and lists them by run, then step_index. For every i, in array order:
+  * step:started is emitted (pgflow._emit_envelopes, status 'started'); when a trusted realtime.send exists its
+    payload {event_type, run_id, flow_slug, step_slug, status, started_at, remaining_tasks, remaining_deps} is
+    made from the arguments - what the stored state holds;
   * one message per task {"flow_slug", "run_id", "step_slug", "task_index"} goes to queue_names[i], delayed by
     start_delays[i] seconds, with one pgmq.send_batch call per (queue, delay) for all the steps together, and one
     'queued' step_tasks row per message is written with its message_id and that queue_name (task_index 0 ..

@@ -15,9 +15,7 @@ declare
   v_queues text[];
   v_delays integer[];
   v_counts integer[];
-  v_events jsonb[];
   v_live   uuid[];
-  v_realtime boolean;
 begin
   if coalesce(cardinality(_start_ready_steps_batch.run_ids), 0) = 0
      and coalesce(cardinality(_start_ready_steps_batch.started_run_ids), 0) = 0 then
@@ -33,9 +31,6 @@ begin
     select r.run_id from pgflow.runs as r
      where r.run_id = any (_start_ready_steps_batch.run_ids) and (r.status = 'started') is true);
 
-  -- Event payloads (JSON) are built only for realtime.send; the notifications are made from the fields.
-  v_realtime := pgflow._trusted_realtime_send() is not null;
-
   with started as (
     update pgflow.step_states as ss
        set status = 'started',
@@ -45,8 +40,7 @@ begin
        and ss.status = 'created'
        and ss.remaining_deps = 0
        and ss.initial_tasks > 0
-    returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.started_at, ss.remaining_tasks,
-              ss.remaining_deps, ss.initial_tasks
+    returning ss.flow_slug, ss.run_id, ss.step_slug, ss.initial_tasks
   ),
   already_started as (
     -- One primary-key lookup per pair (LIMIT keeps the planner from turning the lookups into a join).
@@ -54,8 +48,7 @@ begin
       from unnest(_start_ready_steps_batch.started_run_ids, _start_ready_steps_batch.started_step_slugs)
              as k (run_id, step_slug)
       cross join lateral (
-        select x.flow_slug, x.run_id, x.step_slug, x.status, x.started_at, x.remaining_tasks, x.remaining_deps,
-               x.initial_tasks
+        select x.flow_slug, x.run_id, x.step_slug, x.initial_tasks
           from pgflow.step_states as x
          where x.run_id = k.run_id and x.step_slug = k.step_slug
          limit 1) as ss
@@ -70,24 +63,14 @@ begin
          array_agg(x.flow_slug order by x.run_id, x.step_index),
          array_agg(x.queue_name order by x.run_id, x.step_index),
          array_agg(x.start_delay order by x.run_id, x.step_index),
-         array_agg(x.initial_tasks order by x.run_id, x.step_index),
-         array_agg(case when v_realtime then jsonb_build_object(
-                     'event_type', 'step:started',
-                     'run_id', x.run_id,
-                     'flow_slug', x.flow_slug,
-                     'step_slug', x.step_slug,
-                     'status', x.status,
-                     'started_at', x.started_at,
-                     'remaining_tasks', x.remaining_tasks,
-                     'remaining_deps', x.remaining_deps) end order by x.run_id, x.step_index)
-    into v_runs, v_slugs, v_flows, v_queues, v_delays, v_counts, v_events
+         array_agg(x.initial_tasks order by x.run_id, x.step_index)
+    into v_runs, v_slugs, v_flows, v_queues, v_delays, v_counts
     from steps as x;
 
   if v_runs is null then
     return;
   end if;
-  perform pgflow._send_step_tasks(v_runs, v_slugs, v_flows, v_queues, v_delays, v_counts,
-                                  case when v_realtime then v_events end);
+  perform pgflow._send_step_tasks(v_runs, v_slugs, v_flows, v_queues, v_delays, v_counts);
 end;
 $$;
 

@@ -42,7 +42,6 @@ declare
   v_started_queues text[];
   v_started_delays integer[];
   v_started_counts integer[];
-  v_started_events jsonb[];
   v_run_tids   tid[];
   v_state_tids tid[];
   v_task_tids  tid[];
@@ -289,8 +288,8 @@ begin
            where cs.ctid = any (v_child_tids)
              and cs.run_id = p.run_id
              and cs.step_slug = p.child_slug
-          returning cs.run_id, cs.step_slug, cs.flow_slug, cs.remaining_deps, cs.status, cs.started_at,
-                    cs.remaining_tasks, cs.initial_tasks, p.child_index, p.child_queue, p.child_delay
+          returning cs.run_id, cs.step_slug, cs.flow_slug, cs.remaining_deps, cs.status, cs.initial_tasks,
+                    p.child_index, p.child_queue, p.child_delay
         )
         -- The started dependents by run, then step_index (the order of their step:started events), with what
         -- _send_step_tasks needs to send their tasks without reading them back.
@@ -300,19 +299,9 @@ begin
                array_agg(u.flow_slug order by u.run_id, u.child_index) filter (where u.status = 'started'),
                array_agg(u.child_queue order by u.run_id, u.child_index) filter (where u.status = 'started'),
                array_agg(u.child_delay order by u.run_id, u.child_index) filter (where u.status = 'started'),
-               array_agg(u.initial_tasks order by u.run_id, u.child_index) filter (where u.status = 'started'),
-               array_agg(case when v_realtime then jsonb_build_object(
-                           'event_type', 'step:started',
-                           'run_id', u.run_id,
-                           'flow_slug', u.flow_slug,
-                           'step_slug', u.step_slug,
-                           'status', u.status,
-                           'started_at', u.started_at,
-                           'remaining_tasks', u.remaining_tasks,
-                           'remaining_deps', u.remaining_deps) end
-                         order by u.run_id, u.child_index) filter (where u.status = 'started')
+               array_agg(u.initial_tasks order by u.run_id, u.child_index) filter (where u.status = 'started')
           into v_ready, v_started_runs, v_started_slugs, v_started_flows, v_started_queues, v_started_delays,
-               v_started_counts, v_started_events
+               v_started_counts
           from upd as u;
       end if;
 
@@ -413,7 +402,7 @@ begin
       perform pgflow._maybe_complete_runs(v_cascaded);
     elsif v_started_runs is not null then
       perform pgflow._send_step_tasks(v_started_runs, v_started_slugs, v_started_flows, v_started_queues,
-                                      v_started_delays, v_started_counts, case when v_realtime then v_started_events end);
+                                      v_started_delays, v_started_counts);
     end if;
 
     foreach v_pos in array v_fast loop

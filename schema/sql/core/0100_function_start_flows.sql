@@ -18,14 +18,12 @@ declare
   v_bad        record;
   v_run        record;
   v_fold       boolean;
-  v_realtime      boolean;
   v_started_runs  uuid[];
   v_started_slugs text[];
   v_started_flows text[];
   v_started_queues text[];
   v_started_delays integer[];
   v_started_counts integer[];
-  v_started_events jsonb[];
 begin
   if v_n = 0 then
     return;
@@ -126,30 +124,17 @@ begin
     -- nothing is taskless, skipped or ready at the start, and no run can finish here. Only the started steps need
     -- their events, tasks and messages, and their fields are the steps' own: nothing is read back. (The same
     -- order as _start_ready_steps_batch: by run, then step_index.)
-    v_realtime := pgflow._trusted_realtime_send() is not null;
     select array_agg(r.run_id), array_agg(r.step_slug), array_agg(r.flow_slug), array_agg(r.queue_name),
-           array_agg(r.start_delay), array_agg(1),
-           array_agg(case when v_realtime then jsonb_build_object(
-                       'event_type', 'step:started',
-                       'run_id', r.run_id,
-                       'flow_slug', r.flow_slug,
-                       'step_slug', r.step_slug,
-                       'status', 'started',
-                       'started_at', now(),
-                       'remaining_tasks', 1,
-                       'remaining_deps', r.deps_count) end)
-      into v_started_runs, v_started_slugs, v_started_flows, v_started_queues, v_started_delays, v_started_counts,
-           v_started_events
-      from (select k.run_id, s.step_slug, s.flow_slug, s.queue_name, coalesce(s.opt_start_delay, 0) as start_delay,
-                   s.deps_count
+           array_agg(r.start_delay), array_agg(1)
+      into v_started_runs, v_started_slugs, v_started_flows, v_started_queues, v_started_delays, v_started_counts
+      from (select k.run_id, s.step_slug, s.flow_slug, s.queue_name, coalesce(s.opt_start_delay, 0) as start_delay
               from unnest(v_ids) as k (run_id)
               cross join pgflow.steps as s
              where s.flow_slug = start_flows.flow_slug
                and s.deps_count = 0
              order by k.run_id, s.step_index) as r;
     perform pgflow._send_step_tasks(v_started_runs, v_started_slugs, v_started_flows, v_started_queues,
-                                    v_started_delays, v_started_counts,
-                                    case when v_realtime then v_started_events end);
+                                    v_started_delays, v_started_counts);
   else
     if v_conditions then
       -- As start_flow: conditions first, then taskless steps, run by run.

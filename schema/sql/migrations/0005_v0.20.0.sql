@@ -1204,8 +1204,7 @@ create or replace function pgflow._send_step_tasks(
   flow_slugs   text[],
   queue_names  text[],
   start_delays integer[],
-  task_counts  integer[],
-  payloads     jsonb[] default null
+  task_counts  integer[]
 )
 returns void
 language plpgsql
@@ -1220,9 +1219,30 @@ begin
     return;
   end if;
 
-  perform pgflow._emit_envelopes(array_fill('step:started'::text, array[v_n]), _send_step_tasks.run_ids,
-                                 _send_step_tasks.flow_slugs, _send_step_tasks.step_slugs,
-                                 array_fill('started'::text, array[v_n]), _send_step_tasks.payloads);
+  -- step:started; its JSON payload only for a trusted realtime.send. A step started in this transaction has
+  -- started_at now(), remaining_tasks = its task count and no remaining dependency, so the payload is made from
+  -- the arguments, as the stored state would give it.
+  perform pgflow._emit_envelopes(
+    array_fill('step:started'::text, array[v_n]),
+    _send_step_tasks.run_ids,
+    _send_step_tasks.flow_slugs,
+    _send_step_tasks.step_slugs,
+    array_fill('started'::text, array[v_n]),
+    case
+      when pgflow._trusted_realtime_send() is not null then array(
+        select jsonb_build_object(
+                 'event_type', 'step:started',
+                 'run_id', x.run_id,
+                 'flow_slug', x.flow_slug,
+                 'step_slug', x.step_slug,
+                 'status', 'started',
+                 'started_at', now(),
+                 'remaining_tasks', x.task_count,
+                 'remaining_deps', 0)
+          from unnest(_send_step_tasks.run_ids, _send_step_tasks.flow_slugs, _send_step_tasks.step_slugs,
+                      _send_step_tasks.task_counts) with ordinality as x (run_id, flow_slug, step_slug, task_count, pos)
+         order by x.pos)
+    end);
 
   -- One send_batch per (queue, delay), in its form with headers and a time (the one PGMQ implements; the others
   -- are SQL functions that wrap it and are planned again on every call). send_batch returns the new ids in array
@@ -1272,13 +1292,14 @@ begin
 end;
 $$;
 
-comment on function pgflow._send_step_tasks(run_ids uuid[], step_slugs text[], flow_slugs text[], queue_names text[], start_delays integer[], task_counts integer[], payloads jsonb[]) is $doc$
-pgflow._send_step_tasks(run_ids, step_slugs, flow_slugs, queue_names, start_delays, task_counts, payloads)
-guarantees (v0.20.0): what follows when steps become 'started' - the caller has made the step states
-(run_ids[i], step_slugs[i]) of flow flow_slugs[i] 'started' in this transaction, with task_counts[i] tasks, and
-lists them by run, then step_index. For every i, in array order:
-  * step:started is emitted (pgflow._emit_envelopes, status 'started'; payloads[i] goes to a trusted
-    realtime.send when payloads is not NULL);
+comment on function pgflow._send_step_tasks(run_ids uuid[], step_slugs text[], flow_slugs text[], queue_names text[], start_delays integer[], task_counts integer[]) is $doc$
+pgflow._send_step_tasks(run_ids, step_slugs, flow_slugs, queue_names, start_delays, task_counts) guarantees
+(v0.20.0): what follows when steps become 'started' - the caller has made the step states (run_ids[i],
+step_slugs[i]) of flow flow_slugs[i] 'started' in this transaction (started_at now(), remaining_tasks =
+task_counts[i], remaining_deps 0) and lists them by run, then step_index. For every i, in array order:
+  * step:started is emitted (pgflow._emit_envelopes, status 'started'); when a trusted realtime.send exists its
+    payload {event_type, run_id, flow_slug, step_slug, status, started_at, remaining_tasks, remaining_deps} is
+    made from the arguments - what the stored state holds;
   * one message per task {"flow_slug", "run_id", "step_slug", "task_index"} goes to queue_names[i], delayed by
     start_delays[i] seconds, with one pgmq.send_batch call per (queue, delay) for all the steps together, and one
     'queued' step_tasks row per message is written with its message_id and that queue_name (task_index 0 ..
@@ -1309,9 +1330,7 @@ declare
   v_queues text[];
   v_delays integer[];
   v_counts integer[];
-  v_events jsonb[];
   v_live   uuid[];
-  v_realtime boolean;
 begin
   if coalesce(cardinality(_start_ready_steps_batch.run_ids), 0) = 0
      and coalesce(cardinality(_start_ready_steps_batch.started_run_ids), 0) = 0 then
@@ -1327,9 +1346,6 @@ begin
     select r.run_id from pgflow.runs as r
      where r.run_id = any (_start_ready_steps_batch.run_ids) and (r.status = 'started') is true);
 
-  -- Event payloads (JSON) are built only for realtime.send; the notifications are made from the fields.
-  v_realtime := pgflow._trusted_realtime_send() is not null;
-
   with started as (
     update pgflow.step_states as ss
        set status = 'started',
@@ -1339,8 +1355,7 @@ begin
        and ss.status = 'created'
        and ss.remaining_deps = 0
        and ss.initial_tasks > 0
-    returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.started_at, ss.remaining_tasks,
-              ss.remaining_deps, ss.initial_tasks
+    returning ss.flow_slug, ss.run_id, ss.step_slug, ss.initial_tasks
   ),
   already_started as (
     -- One primary-key lookup per pair (LIMIT keeps the planner from turning the lookups into a join).
@@ -1348,8 +1363,7 @@ begin
       from unnest(_start_ready_steps_batch.started_run_ids, _start_ready_steps_batch.started_step_slugs)
              as k (run_id, step_slug)
       cross join lateral (
-        select x.flow_slug, x.run_id, x.step_slug, x.status, x.started_at, x.remaining_tasks, x.remaining_deps,
-               x.initial_tasks
+        select x.flow_slug, x.run_id, x.step_slug, x.initial_tasks
           from pgflow.step_states as x
          where x.run_id = k.run_id and x.step_slug = k.step_slug
          limit 1) as ss
@@ -1364,24 +1378,14 @@ begin
          array_agg(x.flow_slug order by x.run_id, x.step_index),
          array_agg(x.queue_name order by x.run_id, x.step_index),
          array_agg(x.start_delay order by x.run_id, x.step_index),
-         array_agg(x.initial_tasks order by x.run_id, x.step_index),
-         array_agg(case when v_realtime then jsonb_build_object(
-                     'event_type', 'step:started',
-                     'run_id', x.run_id,
-                     'flow_slug', x.flow_slug,
-                     'step_slug', x.step_slug,
-                     'status', x.status,
-                     'started_at', x.started_at,
-                     'remaining_tasks', x.remaining_tasks,
-                     'remaining_deps', x.remaining_deps) end order by x.run_id, x.step_index)
-    into v_runs, v_slugs, v_flows, v_queues, v_delays, v_counts, v_events
+         array_agg(x.initial_tasks order by x.run_id, x.step_index)
+    into v_runs, v_slugs, v_flows, v_queues, v_delays, v_counts
     from steps as x;
 
   if v_runs is null then
     return;
   end if;
-  perform pgflow._send_step_tasks(v_runs, v_slugs, v_flows, v_queues, v_delays, v_counts,
-                                  case when v_realtime then v_events end);
+  perform pgflow._send_step_tasks(v_runs, v_slugs, v_flows, v_queues, v_delays, v_counts);
 end;
 $$;
 
@@ -1415,7 +1419,7 @@ $doc$;
 -- Roles that may start ready steps (pgflow._start_ready_steps_batch: whoever starts runs or completes tasks) may
 -- send the started steps' tasks, which it and start_flows now do through pgflow._send_step_tasks.
 select pg_temp.pgflow_v020_grant_with('pgflow._start_ready_steps_batch(uuid[],uuid[],text[])',
-  'pgflow._send_step_tasks(uuid[], text[], text[], text[], integer[], integer[], jsonb[])');
+  'pgflow._send_step_tasks(uuid[], text[], text[], text[], integer[], integer[])');
 
 -- generated from sql/core: 0100_function_add_step.sql
 create or replace function pgflow.add_step(
@@ -2332,7 +2336,6 @@ declare
   v_started_queues text[];
   v_started_delays integer[];
   v_started_counts integer[];
-  v_started_events jsonb[];
   v_run_tids   tid[];
   v_state_tids tid[];
   v_task_tids  tid[];
@@ -2579,8 +2582,8 @@ begin
            where cs.ctid = any (v_child_tids)
              and cs.run_id = p.run_id
              and cs.step_slug = p.child_slug
-          returning cs.run_id, cs.step_slug, cs.flow_slug, cs.remaining_deps, cs.status, cs.started_at,
-                    cs.remaining_tasks, cs.initial_tasks, p.child_index, p.child_queue, p.child_delay
+          returning cs.run_id, cs.step_slug, cs.flow_slug, cs.remaining_deps, cs.status, cs.initial_tasks,
+                    p.child_index, p.child_queue, p.child_delay
         )
         -- The started dependents by run, then step_index (the order of their step:started events), with what
         -- _send_step_tasks needs to send their tasks without reading them back.
@@ -2590,19 +2593,9 @@ begin
                array_agg(u.flow_slug order by u.run_id, u.child_index) filter (where u.status = 'started'),
                array_agg(u.child_queue order by u.run_id, u.child_index) filter (where u.status = 'started'),
                array_agg(u.child_delay order by u.run_id, u.child_index) filter (where u.status = 'started'),
-               array_agg(u.initial_tasks order by u.run_id, u.child_index) filter (where u.status = 'started'),
-               array_agg(case when v_realtime then jsonb_build_object(
-                           'event_type', 'step:started',
-                           'run_id', u.run_id,
-                           'flow_slug', u.flow_slug,
-                           'step_slug', u.step_slug,
-                           'status', u.status,
-                           'started_at', u.started_at,
-                           'remaining_tasks', u.remaining_tasks,
-                           'remaining_deps', u.remaining_deps) end
-                         order by u.run_id, u.child_index) filter (where u.status = 'started')
+               array_agg(u.initial_tasks order by u.run_id, u.child_index) filter (where u.status = 'started')
           into v_ready, v_started_runs, v_started_slugs, v_started_flows, v_started_queues, v_started_delays,
-               v_started_counts, v_started_events
+               v_started_counts
           from upd as u;
       end if;
 
@@ -2703,7 +2696,7 @@ begin
       perform pgflow._maybe_complete_runs(v_cascaded);
     elsif v_started_runs is not null then
       perform pgflow._send_step_tasks(v_started_runs, v_started_slugs, v_started_flows, v_started_queues,
-                                      v_started_delays, v_started_counts, case when v_realtime then v_started_events end);
+                                      v_started_delays, v_started_counts);
     end if;
 
     foreach v_pos in array v_fast loop
@@ -4766,14 +4759,12 @@ declare
   v_bad        record;
   v_run        record;
   v_fold       boolean;
-  v_realtime      boolean;
   v_started_runs  uuid[];
   v_started_slugs text[];
   v_started_flows text[];
   v_started_queues text[];
   v_started_delays integer[];
   v_started_counts integer[];
-  v_started_events jsonb[];
 begin
   if v_n = 0 then
     return;
@@ -4874,30 +4865,17 @@ begin
     -- nothing is taskless, skipped or ready at the start, and no run can finish here. Only the started steps need
     -- their events, tasks and messages, and their fields are the steps' own: nothing is read back. (The same
     -- order as _start_ready_steps_batch: by run, then step_index.)
-    v_realtime := pgflow._trusted_realtime_send() is not null;
     select array_agg(r.run_id), array_agg(r.step_slug), array_agg(r.flow_slug), array_agg(r.queue_name),
-           array_agg(r.start_delay), array_agg(1),
-           array_agg(case when v_realtime then jsonb_build_object(
-                       'event_type', 'step:started',
-                       'run_id', r.run_id,
-                       'flow_slug', r.flow_slug,
-                       'step_slug', r.step_slug,
-                       'status', 'started',
-                       'started_at', now(),
-                       'remaining_tasks', 1,
-                       'remaining_deps', r.deps_count) end)
-      into v_started_runs, v_started_slugs, v_started_flows, v_started_queues, v_started_delays, v_started_counts,
-           v_started_events
-      from (select k.run_id, s.step_slug, s.flow_slug, s.queue_name, coalesce(s.opt_start_delay, 0) as start_delay,
-                   s.deps_count
+           array_agg(r.start_delay), array_agg(1)
+      into v_started_runs, v_started_slugs, v_started_flows, v_started_queues, v_started_delays, v_started_counts
+      from (select k.run_id, s.step_slug, s.flow_slug, s.queue_name, coalesce(s.opt_start_delay, 0) as start_delay
               from unnest(v_ids) as k (run_id)
               cross join pgflow.steps as s
              where s.flow_slug = start_flows.flow_slug
                and s.deps_count = 0
              order by k.run_id, s.step_index) as r;
     perform pgflow._send_step_tasks(v_started_runs, v_started_slugs, v_started_flows, v_started_queues,
-                                    v_started_delays, v_started_counts,
-                                    case when v_realtime then v_started_events end);
+                                    v_started_delays, v_started_counts);
   else
     if v_conditions then
       -- As start_flow: conditions first, then taskless steps, run by run.
