@@ -58,7 +58,8 @@ begin
       from (
         select x.flow_slug, x.run_id, x.step_slug, i.i as task_index,
                row_number() over (order by x.run_id, x.step_slug, i.i) as n
-          from unnest(_send_step_tasks.flow_slugs, _send_step_tasks.run_ids, _send_step_tasks.step_slugs, _send_step_tasks.queue_names, _send_step_tasks.start_delays, _send_step_tasks.task_counts)
+          from unnest(_send_step_tasks.flow_slugs, _send_step_tasks.run_ids, _send_step_tasks.step_slugs,
+                      _send_step_tasks.queue_names, _send_step_tasks.start_delays, _send_step_tasks.task_counts)
                  as x (flow_slug, run_id, step_slug, queue_name, start_delay, initial_tasks)
           cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
          where x.queue_name = v_group.queue_name
@@ -74,7 +75,9 @@ begin
                             'run_id', x.run_id,
                             'step_slug', x.step_slug,
                             'task_index', i.i)
-                     from unnest(_send_step_tasks.flow_slugs, _send_step_tasks.run_ids, _send_step_tasks.step_slugs, _send_step_tasks.queue_names, _send_step_tasks.start_delays, _send_step_tasks.task_counts)
+                     from unnest(_send_step_tasks.flow_slugs, _send_step_tasks.run_ids,
+                                 _send_step_tasks.step_slugs, _send_step_tasks.queue_names,
+                                 _send_step_tasks.start_delays, _send_step_tasks.task_counts)
                             as x (flow_slug, run_id, step_slug, queue_name, start_delay, initial_tasks)
                      cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
                     where x.queue_name = v_group.queue_name
