@@ -22,7 +22,7 @@ declare
   v_n         integer := coalesce(cardinality(complete_tasks.run_ids), 0);
   v_fast      integer[];
   v_slow      integer[];
-  v_runs      uuid[];
+  v_open_runs uuid[];
   v_events    jsonb[];
   v_cascaded  uuid[] := '{}';
   v_ready     uuid[];
@@ -64,8 +64,6 @@ begin
   if v_n = 0 then
     return;
   end if;
-  -- Event payloads (JSON) are built only for realtime.send; the notifications are made from the fields.
-  v_realtime := pgflow._trusted_realtime_send() is not null;
 
   -- Lock order: runs, step states, tasks (as complete_task), each sorted, one key at a time (lateral lookups in key
   -- order). The locked rows' physical addresses are kept: until this call changes a row, its address stays, so
@@ -154,6 +152,9 @@ begin
     ) as c;
 
   if cardinality(v_fast) > 0 then
+    -- Event payloads (JSON) are built only for realtime.send; the notifications are made from the fields.
+    v_realtime := pgflow._trusted_realtime_send() is not null;
+
     -- The tasks.
     update pgflow.step_tasks as t
        set status = 'completed',
@@ -215,12 +216,11 @@ begin
                        'status', u.status,
                        'output', u.output,
                        'completed_at', u.completed_at) end order by u.run_id, u.step_index)
-      into v_runs, v_c_steps, v_c_flows, v_c_outputs, v_events
+      into v_c_runs, v_c_steps, v_c_flows, v_c_outputs, v_events
       from updated as u
      where u.status = 'completed';
 
-    if v_runs is not null then
-      v_c_runs := v_runs;
+    if v_c_runs is not null then
       -- Dependents of the completed steps: one dependency fewer per completed parent; a dependent map learns its
       -- task count from its parent's array. A dependent that becomes ready with tasks to run becomes 'started' in
       -- the same row version (these flows have no conditions to resolve first); its messages, tasks and
@@ -229,7 +229,7 @@ begin
       v_child_tids := array(
         select l.row_address
           from (select distinct x.run_id, d.step_slug
-                  from unnest(v_runs, v_c_steps, v_c_flows) as x (run_id, step_slug, flow_slug)
+                  from unnest(v_c_runs, v_c_steps, v_c_flows) as x (run_id, step_slug, flow_slug)
                   join pgflow.deps as d on d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
                  order by x.run_id, d.step_slug) as k
           cross join lateral (
@@ -280,7 +280,7 @@ begin
                      ch.queue_name as child_queue, coalesce(ch.opt_start_delay, 0) as child_delay,
                      count(*)::integer as n,
                      max(case when jsonb_typeof(x.output) = 'array' then jsonb_array_length(x.output) end) as output_len
-                from unnest(v_runs, v_c_steps, v_c_flows, v_c_outputs) as x (run_id, step_slug, flow_slug, output)
+                from unnest(v_c_runs, v_c_steps, v_c_flows, v_c_outputs) as x (run_id, step_slug, flow_slug, output)
                 join pgflow.deps as d on d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
                 join pgflow.steps as ch on ch.flow_slug = d.flow_slug and ch.step_slug = d.step_slug
                group by x.run_id, d.step_slug, ch.step_type, ch.step_index, ch.queue_name, ch.opt_start_delay
@@ -309,7 +309,7 @@ begin
       -- or cascade in it any more): it becomes 'completed' in the same row version, with the outputs of its
       -- completed leaf steps, as maybe_complete_run does.
       with counts as (
-        select x.run_id, count(*)::integer as n from unnest(v_runs) as x (run_id) group by x.run_id
+        select x.run_id, count(*)::integer as n from unnest(v_c_runs) as x (run_id) group by x.run_id
       ),
       updated as (
         update pgflow.runs as r
@@ -341,7 +341,7 @@ begin
                          'status', u.status,
                          'output', u.output,
                          'completed_at', u.completed_at) end order by u.run_id) filter (where u.status = 'completed')
-        into v_runs, v_done_runs, v_done_flows, v_run_events
+        into v_open_runs, v_done_runs, v_done_flows, v_run_events
         from updated as u;
 
       -- One call for all events: every step:completed (by run, then step_index), then every run:completed, so
@@ -360,20 +360,20 @@ begin
       -- runs have no conditions, so resolving conditions first would change nothing.) Only a dependent updated
       -- above can have become ready.
       if v_ready is not null then
-      v_cascaded := array(
-        select r.run_id
-          from (select distinct x.run_id from unnest(v_runs) as x (run_id) order by x.run_id) as r
-         where exists (
-           select 1
-             from pgflow.step_states as ss
-            where ss.run_id = r.run_id
-              and ss.status = 'created'
-              and ss.remaining_deps = 0
-              and ss.initial_tasks = 0)
-         order by r.run_id);
-      foreach v_run_id in array v_cascaded loop
-        perform pgflow.cascade_complete_taskless_steps(v_run_id);
-      end loop;
+        v_cascaded := array(
+          select r.run_id
+            from (select distinct x.run_id from unnest(v_open_runs) as x (run_id) order by x.run_id) as r
+           where exists (
+             select 1
+               from pgflow.step_states as ss
+              where ss.run_id = r.run_id
+                and ss.status = 'created'
+                and ss.remaining_deps = 0
+                and ss.initial_tasks = 0)
+           order by r.run_id);
+        foreach v_run_id in array v_cascaded loop
+          perform pgflow.cascade_complete_taskless_steps(v_run_id);
+        end loop;
       end if;
     end if;
 

@@ -78,23 +78,23 @@ begin
   -- instead of two, and _send_step_tasks below sends its messages and events as if it had been started.
   v_fold := not v_conditions and v_root_maps = 0;
   insert into pgflow.step_states (flow_slug, run_id, step_slug, remaining_deps, initial_tasks, status, started_at,
-                                    remaining_tasks)
-    select s.flow_slug,
-           x.run_id,
-           s.step_slug,
-           s.deps_count,
-           case
-             when s.step_type = 'map' and s.deps_count = 0 then jsonb_array_length(x.input)
-             when s.step_type = 'map' then null
-             else 1
-           end,
-           case when v_fold and s.deps_count = 0 then 'started' else 'created' end,
-           case when v_fold and s.deps_count = 0 then now() end,
-           case when v_fold and s.deps_count = 0 then 1 end
-      from unnest(v_ids, start_flows.inputs) with ordinality as x (run_id, input, pos)
-      cross join pgflow.steps as s
-     where s.flow_slug = start_flows.flow_slug
-     order by x.pos, s.step_index;
+                                  remaining_tasks)
+  select s.flow_slug,
+         x.run_id,
+         s.step_slug,
+         s.deps_count,
+         case
+           when s.step_type = 'map' and s.deps_count = 0 then jsonb_array_length(x.input)
+           when s.step_type = 'map' then null
+           else 1
+         end,
+         case when v_fold and s.deps_count = 0 then 'started' else 'created' end,
+         case when v_fold and s.deps_count = 0 then now() end,
+         case when v_fold and s.deps_count = 0 then 1 end
+    from unnest(v_ids, start_flows.inputs) with ordinality as x (run_id, input, pos)
+    cross join pgflow.steps as s
+   where s.flow_slug = start_flows.flow_slug
+   order by x.pos, s.step_index;
 
   -- run:started of every run, in input order (a new run is 'started'). The JSON payload is built only for
   -- realtime.send: the notifications carry a small envelope made from the fields.

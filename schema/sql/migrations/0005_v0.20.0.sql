@@ -2319,7 +2319,7 @@ declare
   v_n         integer := coalesce(cardinality(complete_tasks.run_ids), 0);
   v_fast      integer[];
   v_slow      integer[];
-  v_runs      uuid[];
+  v_open_runs uuid[];
   v_events    jsonb[];
   v_cascaded  uuid[] := '{}';
   v_ready     uuid[];
@@ -2361,8 +2361,6 @@ begin
   if v_n = 0 then
     return;
   end if;
-  -- Event payloads (JSON) are built only for realtime.send; the notifications are made from the fields.
-  v_realtime := pgflow._trusted_realtime_send() is not null;
 
   -- Lock order: runs, step states, tasks (as complete_task), each sorted, one key at a time (lateral lookups in key
   -- order). The locked rows' physical addresses are kept: until this call changes a row, its address stays, so
@@ -2451,6 +2449,9 @@ begin
     ) as c;
 
   if cardinality(v_fast) > 0 then
+    -- Event payloads (JSON) are built only for realtime.send; the notifications are made from the fields.
+    v_realtime := pgflow._trusted_realtime_send() is not null;
+
     -- The tasks.
     update pgflow.step_tasks as t
        set status = 'completed',
@@ -2512,12 +2513,11 @@ begin
                        'status', u.status,
                        'output', u.output,
                        'completed_at', u.completed_at) end order by u.run_id, u.step_index)
-      into v_runs, v_c_steps, v_c_flows, v_c_outputs, v_events
+      into v_c_runs, v_c_steps, v_c_flows, v_c_outputs, v_events
       from updated as u
      where u.status = 'completed';
 
-    if v_runs is not null then
-      v_c_runs := v_runs;
+    if v_c_runs is not null then
       -- Dependents of the completed steps: one dependency fewer per completed parent; a dependent map learns its
       -- task count from its parent's array. A dependent that becomes ready with tasks to run becomes 'started' in
       -- the same row version (these flows have no conditions to resolve first); its messages, tasks and
@@ -2526,7 +2526,7 @@ begin
       v_child_tids := array(
         select l.row_address
           from (select distinct x.run_id, d.step_slug
-                  from unnest(v_runs, v_c_steps, v_c_flows) as x (run_id, step_slug, flow_slug)
+                  from unnest(v_c_runs, v_c_steps, v_c_flows) as x (run_id, step_slug, flow_slug)
                   join pgflow.deps as d on d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
                  order by x.run_id, d.step_slug) as k
           cross join lateral (
@@ -2577,7 +2577,7 @@ begin
                      ch.queue_name as child_queue, coalesce(ch.opt_start_delay, 0) as child_delay,
                      count(*)::integer as n,
                      max(case when jsonb_typeof(x.output) = 'array' then jsonb_array_length(x.output) end) as output_len
-                from unnest(v_runs, v_c_steps, v_c_flows, v_c_outputs) as x (run_id, step_slug, flow_slug, output)
+                from unnest(v_c_runs, v_c_steps, v_c_flows, v_c_outputs) as x (run_id, step_slug, flow_slug, output)
                 join pgflow.deps as d on d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
                 join pgflow.steps as ch on ch.flow_slug = d.flow_slug and ch.step_slug = d.step_slug
                group by x.run_id, d.step_slug, ch.step_type, ch.step_index, ch.queue_name, ch.opt_start_delay
@@ -2606,7 +2606,7 @@ begin
       -- or cascade in it any more): it becomes 'completed' in the same row version, with the outputs of its
       -- completed leaf steps, as maybe_complete_run does.
       with counts as (
-        select x.run_id, count(*)::integer as n from unnest(v_runs) as x (run_id) group by x.run_id
+        select x.run_id, count(*)::integer as n from unnest(v_c_runs) as x (run_id) group by x.run_id
       ),
       updated as (
         update pgflow.runs as r
@@ -2638,7 +2638,7 @@ begin
                          'status', u.status,
                          'output', u.output,
                          'completed_at', u.completed_at) end order by u.run_id) filter (where u.status = 'completed')
-        into v_runs, v_done_runs, v_done_flows, v_run_events
+        into v_open_runs, v_done_runs, v_done_flows, v_run_events
         from updated as u;
 
       -- One call for all events: every step:completed (by run, then step_index), then every run:completed, so
@@ -2657,20 +2657,20 @@ begin
       -- runs have no conditions, so resolving conditions first would change nothing.) Only a dependent updated
       -- above can have become ready.
       if v_ready is not null then
-      v_cascaded := array(
-        select r.run_id
-          from (select distinct x.run_id from unnest(v_runs) as x (run_id) order by x.run_id) as r
-         where exists (
-           select 1
-             from pgflow.step_states as ss
-            where ss.run_id = r.run_id
-              and ss.status = 'created'
-              and ss.remaining_deps = 0
-              and ss.initial_tasks = 0)
-         order by r.run_id);
-      foreach v_run_id in array v_cascaded loop
-        perform pgflow.cascade_complete_taskless_steps(v_run_id);
-      end loop;
+        v_cascaded := array(
+          select r.run_id
+            from (select distinct x.run_id from unnest(v_open_runs) as x (run_id) order by x.run_id) as r
+           where exists (
+             select 1
+               from pgflow.step_states as ss
+              where ss.run_id = r.run_id
+                and ss.status = 'created'
+                and ss.remaining_deps = 0
+                and ss.initial_tasks = 0)
+           order by r.run_id);
+        foreach v_run_id in array v_cascaded loop
+          perform pgflow.cascade_complete_taskless_steps(v_run_id);
+        end loop;
       end if;
     end if;
 
@@ -4822,23 +4822,23 @@ begin
   -- instead of two, and _send_step_tasks below sends its messages and events as if it had been started.
   v_fold := not v_conditions and v_root_maps = 0;
   insert into pgflow.step_states (flow_slug, run_id, step_slug, remaining_deps, initial_tasks, status, started_at,
-                                    remaining_tasks)
-    select s.flow_slug,
-           x.run_id,
-           s.step_slug,
-           s.deps_count,
-           case
-             when s.step_type = 'map' and s.deps_count = 0 then jsonb_array_length(x.input)
-             when s.step_type = 'map' then null
-             else 1
-           end,
-           case when v_fold and s.deps_count = 0 then 'started' else 'created' end,
-           case when v_fold and s.deps_count = 0 then now() end,
-           case when v_fold and s.deps_count = 0 then 1 end
-      from unnest(v_ids, start_flows.inputs) with ordinality as x (run_id, input, pos)
-      cross join pgflow.steps as s
-     where s.flow_slug = start_flows.flow_slug
-     order by x.pos, s.step_index;
+                                  remaining_tasks)
+  select s.flow_slug,
+         x.run_id,
+         s.step_slug,
+         s.deps_count,
+         case
+           when s.step_type = 'map' and s.deps_count = 0 then jsonb_array_length(x.input)
+           when s.step_type = 'map' then null
+           else 1
+         end,
+         case when v_fold and s.deps_count = 0 then 'started' else 'created' end,
+         case when v_fold and s.deps_count = 0 then now() end,
+         case when v_fold and s.deps_count = 0 then 1 end
+    from unnest(v_ids, start_flows.inputs) with ordinality as x (run_id, input, pos)
+    cross join pgflow.steps as s
+   where s.flow_slug = start_flows.flow_slug
+   order by x.pos, s.step_index;
 
   -- run:started of every run, in input order (a new run is 'started'). The JSON payload is built only for
   -- realtime.send: the notifications carry a small envelope made from the fields.
