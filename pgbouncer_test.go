@@ -12,8 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +23,7 @@ import (
 	"github.com/pgflow-go/pgflow"
 	"github.com/pgflow-go/pgflow/internal/pgcluster"
 	"github.com/pgflow-go/pgflow/internal/pgtest"
+	"github.com/pgflow-go/pgflow/internal/testutil"
 	"github.com/pgflow-go/pgflow/pgflowtest"
 	"github.com/pgflow-go/pgflow/schema"
 )
@@ -135,27 +134,10 @@ func (d *countingDialer) dial(ctx context.Context, network, addr string) (net.Co
 	return nd.DialContext(ctx, network, addr)
 }
 
-// bouncerLogs collects slog output of the test's clients and workers, printed when the test fails.
-type bouncerLogs struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (l *bouncerLogs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *bouncerLogs) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func newBouncerLogger(t *testing.T) (*slog.Logger, *bouncerLogs) {
+// newBouncerLogger collects slog output of the test's clients and workers, printed when the test fails.
+func newBouncerLogger(t *testing.T) (*slog.Logger, *testutil.SyncBuffer) {
 	t.Helper()
-	logs := &bouncerLogs{}
+	logs := &testutil.SyncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("logs:\n%s", logs.String())

@@ -20,6 +20,7 @@ import (
 	"github.com/pgflow-go/pgflow"
 	"github.com/pgflow-go/pgflow/internal/pgtest"
 	"github.com/pgflow-go/pgflow/internal/reliability"
+	"github.com/pgflow-go/pgflow/internal/testutil"
 )
 
 // relWait bounds every wait of the reliability tests: a deadline for something to happen, never a timing
@@ -172,20 +173,7 @@ func invocationsOf(t *testing.T, pool *pgxpool.Pool, runID, step string, index i
 
 // relLogs is a slog destination for in-process workers; the test prints it when it fails.
 type relLogs struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (l *relLogs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *relLogs) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
+	testutil.SyncBuffer
 }
 
 // Count returns how many lines contain s.

@@ -1,12 +1,10 @@
 package pgflow
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,22 +20,7 @@ import (
 const waitTimeout = 60 * time.Second
 
 // logBuffer collects a worker's logs; the test prints them when it fails.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer = testutil.SyncBuffer
 
 func newTestLogger(t *testing.T) (*slog.Logger, *logBuffer) {
 	t.Helper()

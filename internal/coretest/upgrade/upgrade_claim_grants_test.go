@@ -22,9 +22,7 @@ func TestUpgradeToV020GrantsTheNewClaimToClaimers(t *testing.T) {
 
 	for _, fn := range []string{"pgflow.read_and_start_tasks(text, text, uuid, integer, integer)",
 		"pgflow._claim_tasks(text, text, bigint[], uuid)", "pgflow._claimed_task_records(tid[])", "pgflow._notify(text[], text[])"} {
-		granted := fx.Val[[]string](t, db.Pool, `select coalesce(array_agg(a.grantee::regrole::text order by 1), '{}')
-			from pg_proc as p cross join lateral aclexplode(p.proacl) as a
-			where p.oid = $1::regprocedure and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0`, fn)
+		granted := executors(t, db.Pool, fn)
 		require.Contains(t, granted, claimer, fn)
 		require.NotContains(t, granted, bystander, fn)
 	}
@@ -42,10 +40,7 @@ func TestUpgradeToV020GrantsEnvelopesToEventEmitters(t *testing.T) {
 	_, err := db.upTo(t, "v0.20.0")
 	require.NoError(t, err)
 
-	granted := fx.Val[[]string](t, db.Pool, `select coalesce(array_agg(a.grantee::regrole::text order by 1), '{}')
-		from pg_proc as p cross join lateral aclexplode(p.proacl) as a
-		where p.oid = 'pgflow._emit_envelopes(text[], uuid[], text[], text[], text[], jsonb[])'::regprocedure
-		  and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0`)
+	granted := executors(t, db.Pool, "pgflow._emit_envelopes(text[], uuid[], text[], text[], text[], jsonb[])")
 	require.Contains(t, granted, emitter)
 	require.NotContains(t, granted, bystander)
 }
@@ -62,10 +57,7 @@ func TestUpgradeToV020GrantsSendStepTasksToStepStarters(t *testing.T) {
 	_, err := db.upTo(t, "v0.20.0")
 	require.NoError(t, err)
 
-	granted := fx.Val[[]string](t, db.Pool, `select coalesce(array_agg(a.grantee::regrole::text order by 1), '{}')
-		from pg_proc as p cross join lateral aclexplode(p.proacl) as a
-		where p.oid = 'pgflow._send_step_tasks(uuid[], text[], text[], text[], integer[], integer[])'::regprocedure
-		  and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0`)
+	granted := executors(t, db.Pool, "pgflow._send_step_tasks(uuid[], text[], text[], text[], integer[], integer[])")
 	require.Contains(t, granted, starter)
 	require.NotContains(t, granted, bystander)
 }

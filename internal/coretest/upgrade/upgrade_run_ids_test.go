@@ -37,19 +37,14 @@ func TestUpgradeToV020GrantsNewRunIDToStarters(t *testing.T) {
 	fx.Exec(t, db.Pool, "revoke execute on function pgflow._new_run_id(), pgflow._new_run_ids(integer) from public")
 
 	for _, fn := range []string{"pgflow._new_run_id()", "pgflow._new_run_ids(integer)"} {
-		granted := fx.Val[[]string](t, db.Pool, `select coalesce(array_agg(a.grantee::regrole::text order by 1), '{}')
-			from pg_proc as p cross join lateral aclexplode(p.proacl) as a
-			where p.oid = $1::regprocedure and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner`, fn)
+		granted := executors(t, db.Pool, fn)
 		require.Contains(t, granted, starter, fn)
 		require.Contains(t, granted, inserter, fn)
 		require.NotContains(t, granted, bystander, "%s: a role that can neither start nor insert runs gets nothing", fn)
 	}
 
 	// Who could start runs with start_flow_with_states may start several with start_flows_with_states.
-	canBatch := fx.Val[[]string](t, db.Pool, `select coalesce(array_agg(a.grantee::regrole::text order by 1), '{}')
-		from pg_proc as p cross join lateral aclexplode(p.proacl) as a
-		where p.oid = 'pgflow.start_flows_with_states(text, jsonb[])'::regprocedure and a.privilege_type = 'EXECUTE'
-		  and a.grantee <> p.proowner and a.grantee <> 0`)
+	canBatch := executors(t, db.Pool, "pgflow.start_flows_with_states(text, jsonb[])")
 	require.Contains(t, canBatch, starter)
 	require.NotContains(t, canBatch, inserter)
 	require.NotContains(t, canBatch, bystander)
@@ -96,4 +91,12 @@ func connectAs(t *testing.T, dbURL, role string) *pgx.Conn {
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
+}
+
+// executors returns the roles other than the owner and PUBLIC that may execute fn (a regprocedure text).
+func executors(t *testing.T, db fx.DB, fn string) []string {
+	t.Helper()
+	return fx.Val[[]string](t, db, `select coalesce(array_agg(a.grantee::regrole::text order by 1), '{}')
+		from pg_proc as p cross join lateral aclexplode(p.proacl) as a
+		where p.oid = $1::regprocedure and a.privilege_type = 'EXECUTE' and a.grantee <> p.proowner and a.grantee <> 0`, fn)
 }
