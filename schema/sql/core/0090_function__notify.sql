@@ -37,5 +37,6 @@ pgflow._notify(channels, payloads) guarantees (v0.20.0; every notification of th
     the pairs are appended, in order, to the transaction-local setting pgflow.deferred_notifications, a JSON array
     of [channel, payload] arrays, which the caller reads before it commits and sends after the commit
     (the Go client and worker do, with synchronous_commit off). The caller then owns delivery: a notification it does not send is lost;
-  * NULL or empty arrays do nothing; the arrays are paired by position (unnest), so they should be equally long.
+  * NULL or empty arrays do nothing; the arrays are paired by position (unnest), so they should be equally long;
+    an array of two or more dimensions is read as unnest reads it, in storage order (row by row).
 $doc$;
