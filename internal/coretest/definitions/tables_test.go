@@ -1,6 +1,7 @@
 package definitions_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -158,7 +159,7 @@ func TestConstraintAndIndexNames(t *testing.T) {
 	require.Equal(t, "UNIQUE (queue_name, message_id)",
 		queryVal[string](t, pool, `select pg_get_constraintdef(oid) from pg_constraint where conname = 'step_tasks_queue_name_message_id_key'`))
 	for _, c := range []string{"steps_queue_name_is_valid", "step_tasks_queue_name_is_valid"} {
-		require.Equal(t, "CHECK ((queue_name ~ '^[a-z_][a-z0-9_]{0,46}$'::text))",
+		require.Equal(t, "CHECK (((queue_name ~ '^[a-z_][a-z0-9_]*$'::text) AND (length(queue_name) <= 47)))",
 			queryVal[string](t, pool, `select pg_get_constraintdef(oid) from pg_constraint where conname = $1`, c), c)
 	}
 }
@@ -198,4 +199,36 @@ func TestImpliedForeignKeysStillHold(t *testing.T) {
 	violates("step_states_run_id_fkey", `delete from pgflow.runs where run_id = $1`, runID)
 	violates("", `delete from pgflow.flows where flow_slug = 'fk'`) // steps, runs, step_tasks: whichever is checked first
 	require.Equal(t, 1, count(t, pool, `select 1 from pgflow.step_tasks where run_id = $1`, runID), "nothing changed")
+}
+
+// The queue-name checks were rewritten in v0.20.0 (the length apart from the pattern, cheaper to evaluate on every
+// write of a task): they must accept exactly the names the rule before, '^[a-z_][a-z0-9_]{0,46}$', accepted.
+func TestQueueNameChecksAcceptWhatTheOldRuleAccepted(t *testing.T) {
+	t.Parallel()
+	pool := newDB(t)
+	mustExec(t, pool, "select pgflow.create_flow('qn'); select pgflow.add_step('qn', 'a')")
+	runID := queryVal[string](t, pool, "select r.run_id::text from pgflow.start_flow('qn', '{}') as r")
+	names := []string{"", "a", "_", "__", "z9", "a_b_9", "9a", "A", "aB", "a-b", "a b", " a", "a\n", "\na", "é", "aé",
+		"ａ", "ab$", "a.b", "a*", strings.Repeat("a", 46), strings.Repeat("a", 47), strings.Repeat("a", 48),
+		"_" + strings.Repeat("9", 46), "_" + strings.Repeat("9", 47), strings.Repeat("é", 10)}
+	for _, name := range names {
+		old := queryVal[bool](t, pool, `select $1::text ~ '^[a-z_][a-z0-9_]{0,46}$'`, name)
+		for _, stmt := range []struct{ constraint, sql string }{
+			{"step_tasks_queue_name_is_valid", `update pgflow.step_tasks set queue_name = $1 where run_id = $2::uuid`},
+			{"steps_queue_name_is_valid", `update pgflow.steps set queue_name = $1 where flow_slug = 'qn' and $2::text is not null`},
+		} {
+			tx, err := pool.Begin(context.Background())
+			require.NoError(t, err)
+			_, err = tx.Exec(context.Background(), stmt.sql, name, runID)
+			require.NoError(t, tx.Rollback(context.Background()))
+			if old {
+				require.NoError(t, err, "%q must be accepted by %s", name, stmt.constraint)
+				continue
+			}
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr, "%q must be refused by %s", name, stmt.constraint)
+			require.Equal(t, "23514", pgErr.Code, pgErr.Message)
+			require.Equal(t, stmt.constraint, pgErr.ConstraintName, "%q", name)
+		}
+	}
 }

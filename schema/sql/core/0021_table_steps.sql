@@ -35,7 +35,8 @@ create table pgflow.steps (
     forbidden_input_pattern is null or jsonb_typeof(forbidden_input_pattern) = 'object'),
   constraint when_unmet_is_valid check (when_unmet in ('fail', 'skip', 'skip-cascade')),
   constraint when_exhausted_is_valid check (when_exhausted in ('fail', 'skip', 'skip-cascade')),
-  constraint steps_queue_name_is_valid check (queue_name ~ '^[a-z_][a-z0-9_]{0,46}$')
+  -- The rule of step_tasks_queue_name_is_valid, written the same way (see sql/core/0026_table_step_tasks.sql).
+  constraint steps_queue_name_is_valid check (queue_name ~ '^[a-z_][a-z0-9_]*$' and length(queue_name) <= 47)
 );
 
 comment on column pgflow.steps.queue_name is

@@ -115,6 +115,16 @@ drop index pgflow.idx_step_tasks_completed;
 alter table pgflow.step_states drop constraint step_states_flow_slug_fkey;
 alter table pgflow.step_tasks drop constraint step_tasks_run_id_fkey;
 
+-- The queue-name rule with its length tested apart from the pattern (see sql/core/0026_table_step_tasks.sql): the
+-- same set of names, about ten times cheaper to check (3 us with the bounded repetition), and step_tasks checks it
+-- on every write of a task.
+alter table pgflow.step_tasks
+  drop constraint step_tasks_queue_name_is_valid,
+  add constraint step_tasks_queue_name_is_valid check (queue_name ~ '^[a-z_][a-z0-9_]*$' and length(queue_name) <= 47);
+alter table pgflow.steps
+  drop constraint steps_queue_name_is_valid,
+  add constraint steps_queue_name_is_valid check (queue_name ~ '^[a-z_][a-z0-9_]*$' and length(queue_name) <= 47);
+
 -- >>> Targeted wake, listening workers only (issue 16) - one block: the workers table, heartbeat_worker.
 -- pgflow._wake_queue looks up one alive worker of a queue per wake, among those whose heartbeat says they listen on
 -- their own channel (listens_at; a constant-free nullable column: no table rewrite, every existing row counts as
