@@ -193,33 +193,3 @@ func TestPreloadedHistoryLooksLikeRealRuns(t *testing.T) {
 	// Later messages never collide with the history's message ids.
 	require.NoError(t, startRuns(ctx, e.mon, bf, 2, 2, 1, func(int) {}))
 }
-
-// TestWarmStartersStartsOnEveryConnectionAndLeavesNothing: before the start scenario's clock runs, each starter
-// connection has run one start (its message id is used up) and rolled it back (no run, no message is left).
-func TestWarmStartersStartsOnEveryConnectionAndLeavesNothing(t *testing.T) {
-	t.Parallel()
-	db := pgtest.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	e, err := openEnv(ctx, db.URL)
-	require.NoError(t, err)
-	defer e.close()
-	bf, err := flowFor(ScenarioStart, false)
-	require.NoError(t, err)
-	require.NoError(t, e.prepareFlow(ctx, bf))
-	pool, err := newPool(ctx, db.URL, workerApp+"-starter", 3)
-	require.NoError(t, err)
-	defer pool.Close()
-
-	require.NoError(t, warmStarters(ctx, pool, bf, 3))
-	require.EqualValues(t, 3, pool.Stat().TotalConns(), "three connections, each warmed")
-	var runs, messages int
-	require.NoError(t, db.Pool.QueryRow(ctx, `select (select count(*) from pgflow.runs), (select count(*) from pgmq.q_`+bf.slug+`)`).Scan(&runs, &messages))
-	require.Zero(t, runs, "the warm-up starts are rolled back")
-	require.Zero(t, messages)
-
-	require.NoError(t, startRuns(ctx, pool, bf, 1, 1, 1, func(int) {}))
-	var first int64
-	require.NoError(t, db.Pool.QueryRow(ctx, `select min(q.msg_id) from pgmq.q_`+bf.slug+` as q`).Scan(&first))
-	require.EqualValues(t, 4, first, "three warm-up starts sent (and rolled back) messages 1 to 3")
-}
