@@ -46,46 +46,42 @@ begin
 
   -- One send_batch per (queue, delay), in its form with headers and a time (the one PGMQ implements; the others
   -- are SQL functions that wrap it and are planned again on every call). send_batch returns the new ids in array
-  -- order and ids increase along the array, so the n-th smallest id belongs to the n-th message of the array,
-  -- which is ordered by (run_id, step_slug, task_index) exactly like the numbering of the tasks.
+  -- order and ids increase along the array, so the n-th smallest id belongs to the n-th message of the array:
+  -- the tasks of a group are numbered once, by (run_id, step_slug, task_index), and both the task rows and the
+  -- message array follow that numbering.
   for v_group in
     select distinct x.queue_name, x.start_delay
       from unnest(_send_step_tasks.queue_names, _send_step_tasks.start_delays) as x (queue_name, start_delay)
      order by x.queue_name, x.start_delay
   loop
+    with tasks as (
+      select x.flow_slug, x.run_id, x.step_slug, i.i as task_index,
+             row_number() over (order by x.run_id, x.step_slug, i.i) as n
+        from unnest(_send_step_tasks.flow_slugs, _send_step_tasks.run_ids, _send_step_tasks.step_slugs,
+                    _send_step_tasks.queue_names, _send_step_tasks.start_delays, _send_step_tasks.task_counts)
+               as x (flow_slug, run_id, step_slug, queue_name, start_delay, initial_tasks)
+        cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
+       where x.queue_name = v_group.queue_name
+         and x.start_delay = v_group.start_delay
+    )
     insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name)
-    select m.flow_slug, m.run_id, m.step_slug, m.task_index, sent.msg_id, v_group.queue_name
-      from (
-        select x.flow_slug, x.run_id, x.step_slug, i.i as task_index,
-               row_number() over (order by x.run_id, x.step_slug, i.i) as n
-          from unnest(_send_step_tasks.flow_slugs, _send_step_tasks.run_ids, _send_step_tasks.step_slugs,
-                      _send_step_tasks.queue_names, _send_step_tasks.start_delays, _send_step_tasks.task_counts)
-                 as x (flow_slug, run_id, step_slug, queue_name, start_delay, initial_tasks)
-          cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
-         where x.queue_name = v_group.queue_name
-           and x.start_delay = v_group.start_delay
-      ) as m
+    select t.flow_slug, t.run_id, t.step_slug, t.task_index, sent.msg_id, v_group.queue_name
+      from tasks as t
       join (
         select s.msg_id, row_number() over (order by s.msg_id) as n
           from pgmq.send_batch(
                  v_group.queue_name,
                  array(
                    select jsonb_build_object(
-                            'flow_slug', x.flow_slug,
-                            'run_id', x.run_id,
-                            'step_slug', x.step_slug,
-                            'task_index', i.i)
-                     from unnest(_send_step_tasks.flow_slugs, _send_step_tasks.run_ids,
-                                 _send_step_tasks.step_slugs, _send_step_tasks.queue_names,
-                                 _send_step_tasks.start_delays, _send_step_tasks.task_counts)
-                            as x (flow_slug, run_id, step_slug, queue_name, start_delay, initial_tasks)
-                     cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
-                    where x.queue_name = v_group.queue_name
-                      and x.start_delay = v_group.start_delay
-                    order by x.run_id, x.step_slug, i.i),
+                            'flow_slug', m.flow_slug,
+                            'run_id', m.run_id,
+                            'step_slug', m.step_slug,
+                            'task_index', m.task_index)
+                     from tasks as m
+                    order by m.n),
                  null::jsonb[],
                  clock_timestamp() + make_interval(secs => v_group.start_delay)) as s (msg_id)
-      ) as sent on sent.n = m.n;
+      ) as sent on sent.n = t.n;
 
     -- Wake the workers waiting on this queue (one notification per queue and transaction: PostgreSQL folds
     -- identical notifications of one transaction). Delayed messages: tell them when the messages become visible,
