@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -217,4 +219,31 @@ func TestWarmStartersStartsOnEveryConnectionAndLeavesNothing(t *testing.T) {
 	var first int64
 	require.NoError(t, db.Pool.QueryRow(ctx, `select min(q.msg_id) from pgmq.q_`+bf.slug+` as q`).Scan(&first))
 	require.EqualValues(t, 4, first, "three warm-up starts sent (and rolled back) messages 1 to 3")
+}
+
+// TestOfferArrivalsDoesNotWaitForSlowStarts: the latency scenario's arrivals are an open loop. Every start here
+// blocks until all of them have arrived, which only completes when no arrival waits for an earlier start to
+// return (with a fixed set of starter goroutines it would not, and the starts would give up at the deadline).
+func TestOfferArrivalsDoesNotWaitForSlowStarts(t *testing.T) {
+	t.Parallel()
+	const n = 3 * latencyStarters
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var arrived sync.WaitGroup
+	arrived.Add(n)
+	all := make(chan struct{})
+	go func() { arrived.Wait(); close(all) }()
+	var progressed []int
+	done, _, err := offerArrivals(ctx, n, 1e6, func(ctx context.Context, _ time.Time) error {
+		arrived.Done()
+		select {
+		case <-all:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("an arrival waited for a start to return: %w", ctx.Err())
+		}
+	}, func(d int) { progressed = append(progressed, d) })
+	require.NoError(t, err)
+	require.Equal(t, n, done)
+	require.Equal(t, []int{n}, progressed, "progress is reported at every hundredth start and at the last")
 }

@@ -56,9 +56,10 @@ func TestDefinitionFunctionSignatures(t *testing.T) {
 // explicitly last), so it behaves the same under any caller's search_path and a caller's temporary objects never
 // shadow the names it uses (hard project rule; pgflow leaves a few functions unpinned, and an empty search_path
 // still searches the temporary schema first). reliability_searchpath_test.go proves the property by attacking.
-// The other settings a function may carry, together, are plan_cache_mode = force_generic_plan and enable_seqscan =
-// off (v0.20.0: the entry points of the start, claim and completion paths, whose statements find rows by key or
-// address only; the settings hold for the functions they call and the foreign-key checks they run too).
+// The other settings a function may carry, together, are plan_cache_mode = force_generic_plan, enable_seqscan =
+// off, enable_hashjoin = off and enable_mergejoin = off (v0.20.0: the entry points of the start, claim and
+// completion paths, whose statements find rows by key or address only, one lookup per row; the settings hold for
+// the functions they call and the foreign-key checks they run too).
 func TestEveryFunctionPinsSearchPath(t *testing.T) {
 	t.Parallel()
 	pool := newDB(t)
@@ -68,13 +69,14 @@ func TestEveryFunctionPinsSearchPath(t *testing.T) {
 		where p.pronamespace = 'pgflow'::regnamespace
 		  and p.proconfig is distinct from array['search_path=pg_catalog, pg_temp']
 		  and p.proconfig is distinct from array['search_path=pg_catalog, pg_temp', 'plan_cache_mode=force_generic_plan',
-		                                         'enable_seqscan=off']`)
+		                                         'enable_seqscan=off', 'enable_hashjoin=off', 'enable_mergejoin=off']`)
 	require.Empty(t, unpinned)
 	require.ElementsMatch(t, []string{"complete_task", "complete_tasks", "fail_task", "read_and_start_tasks", "start_flow",
 		"start_flow_with_states", "start_flows", "start_flows_with_states", "start_tasks"}, queryVal[[]string](t, pool, `
 		select coalesce(array_agg(p.proname::text), '{}') from pg_proc p
 		where p.pronamespace = 'pgflow'::regnamespace and 'plan_cache_mode=force_generic_plan' = any (p.proconfig)
-		  and 'enable_seqscan=off' = any (p.proconfig)`),
+		  and 'enable_seqscan=off' = any (p.proconfig) and 'enable_hashjoin=off' = any (p.proconfig)
+		  and 'enable_mergejoin=off' = any (p.proconfig)`),
 		"generic plans only where every statement finds its rows by key or address")
 	require.Positive(t, count(t, pool, `select 1 from pg_proc where pronamespace = 'pgflow'::regnamespace`))
 }

@@ -33,11 +33,14 @@ begin
            t.attempts_count,
            coalesce(s.opt_timeout, f.opt_timeout),
            coalesce(s.opt_max_attempts, f.opt_max_attempts)
-      from pgflow.step_tasks as t
+      -- One row at a time by its address: a condition "ctid = any (p_rows)" on the table lets the planner read the
+      -- whole primary key instead, which is what it chooses when the plan is made while the table is small.
+      from unnest(p_rows) as k (row_address)
+      cross join lateral (
+        select t.* from pgflow.step_tasks as t where t.ctid = k.row_address limit 1) as t
       join pgflow.runs as r on r.run_id = t.run_id
       join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
       join pgflow.flows as f on f.flow_slug = t.flow_slug
-     where t.ctid = any (p_rows)
      order by t.message_id;
 end;
 $$;

@@ -64,24 +64,25 @@ begin
        where x.queue_name = v_group.queue_name
          and x.start_delay = v_group.start_delay
     )
+    -- The message ids, ascending, form one array (an InitPlan, run once) and the n-th task takes the n-th: no join
+    -- of the two sets, which the join methods these functions allow (nested loops only) would make quadratic.
     insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name)
-    select t.flow_slug, t.run_id, t.step_slug, t.task_index, sent.msg_id, v_group.queue_name
-      from tasks as t
-      join (
-        select s.msg_id, row_number() over (order by s.msg_id) as n
-          from pgmq.send_batch(
-                 v_group.queue_name,
-                 array(
-                   select jsonb_build_object(
-                            'flow_slug', m.flow_slug,
-                            'run_id', m.run_id,
-                            'step_slug', m.step_slug,
-                            'task_index', m.task_index)
-                     from tasks as m
-                    order by m.n),
-                 null::jsonb[],
-                 clock_timestamp() + make_interval(secs => v_group.start_delay)) as s (msg_id)
-      ) as sent on sent.n = t.n;
+    select t.flow_slug, t.run_id, t.step_slug, t.task_index,
+           (select array_agg(s.msg_id order by s.msg_id)
+              from pgmq.send_batch(
+                     v_group.queue_name,
+                     array(
+                       select jsonb_build_object(
+                                'flow_slug', m.flow_slug,
+                                'run_id', m.run_id,
+                                'step_slug', m.step_slug,
+                                'task_index', m.task_index)
+                         from tasks as m
+                        order by m.n),
+                     null::jsonb[],
+                     clock_timestamp() + make_interval(secs => v_group.start_delay)) as s (msg_id))[t.n],
+           v_group.queue_name
+      from tasks as t;
 
     -- Wake the workers waiting on this queue (one notification per queue and transaction: PostgreSQL folds
     -- identical notifications of one transaction). Delayed messages: tell them when the messages become visible,
