@@ -2360,9 +2360,6 @@ declare
   v_started_queues text[];
   v_started_delays integer[];
   v_started_counts integer[];
-  v_run_tids   tid[];
-  v_state_tids tid[];
-  v_task_tids  tid[];
   v_child_tids tid[];
   v_realtime   boolean;
   v_done_runs  uuid[];
@@ -2384,35 +2381,32 @@ begin
   end if;
 
   -- Lock order: runs, step states, tasks (as complete_task), each sorted, one key at a time (lateral lookups in key
-  -- order). The locked rows' physical addresses are kept: until this call changes a row, its address stays, so
-  -- every later statement finds its rows by address (ctid = any (...), a TID scan) and never by a join whose plan
-  -- depends on statistics. No statement joins step_states to steps by flow_slug either: with a generic plan's
-  -- guess of a few rows, the planner reached the states through idx_step_states_flow_slug, reading every state of
-  -- the flow for each completed task (135,000 rows per batch of 100 with 3,000 chain runs).
-  v_run_tids := array(
-    select l.row_address
-      from (select distinct x.run_id from unnest(complete_tasks.run_ids) as x (run_id) order by x.run_id) as k
-      cross join lateral (
-        select r.ctid as row_address from pgflow.runs as r where r.run_id = k.run_id for update) as l);
-  v_state_tids := array(
-    select l.row_address
-      from (select distinct x.run_id, x.step_slug
-              from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) as x (run_id, step_slug)
-             order by x.run_id, x.step_slug) as k
-      cross join lateral (
-        select ss.ctid as row_address from pgflow.step_states as ss
-         where ss.run_id = k.run_id and ss.step_slug = k.step_slug
-           for update) as l);
-  v_task_tids := array(
-    select l.row_address
-      from (select distinct x.run_id, x.step_slug, x.task_index
-              from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes)
-                     as x (run_id, step_slug, task_index)
-             order by x.run_id, x.step_slug, x.task_index) as k
-      cross join lateral (
-        select t.ctid as row_address from pgflow.step_tasks as t
-         where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
-           for update) as l);
+  -- order). Every later statement finds its rows by key, one index lookup per row (this function plans nested
+  -- loops only). An earlier version kept the locked rows' addresses and matched "ctid = any (addresses)", which a
+  -- nested loop evaluates against every address for every row: 125,000 comparisons per batch of 500 map tasks.
+  -- No statement joins step_states to steps by flow_slug either: with a generic plan's guess of a few rows, the
+  -- planner reached the states through idx_step_states_flow_slug, reading every state of the flow for each
+  -- completed task (135,000 rows per batch of 100 with 3,000 chain runs).
+  perform
+    from (select distinct x.run_id from unnest(complete_tasks.run_ids) as x (run_id) order by x.run_id) as k
+    cross join lateral (select from pgflow.runs as r where r.run_id = k.run_id for update) as l;
+  perform
+    from (select distinct x.run_id, x.step_slug
+            from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) as x (run_id, step_slug)
+           order by x.run_id, x.step_slug) as k
+    cross join lateral (
+      select from pgflow.step_states as ss
+       where ss.run_id = k.run_id and ss.step_slug = k.step_slug
+         for update) as l;
+  perform
+    from (select distinct x.run_id, x.step_slug, x.task_index
+            from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes)
+                   as x (run_id, step_slug, task_index)
+           order by x.run_id, x.step_slug, x.task_index) as k
+    cross join lateral (
+      select from pgflow.step_tasks as t
+       where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+         for update) as l;
 
   -- Sort out what cannot be recorded (unknown, duplicate, stale, no longer started) and split the rest into the
   -- plainly completable tasks and the others. A run with any task of the others has all its recordable tasks of
@@ -2459,12 +2453,10 @@ begin
         from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes, complete_tasks.outputs,
                     coalesce(complete_tasks.attempts, array_fill(null::integer, array[v_n])))
                with ordinality as x (run_id, step_slug, task_index, output, attempt, pos)
-        left join pgflow.runs as r on r.ctid = any (v_run_tids) and r.run_id = x.run_id
-        left join pgflow.step_states as ss
-          on ss.ctid = any (v_state_tids) and ss.run_id = x.run_id and ss.step_slug = x.step_slug
+        left join pgflow.runs as r on r.run_id = x.run_id
+        left join pgflow.step_states as ss on ss.run_id = x.run_id and ss.step_slug = x.step_slug
         left join pgflow.step_tasks as t
-          on t.ctid = any (v_task_tids)
-         and t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
+          on t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
         left join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = x.step_slug
         ) as f
     ) as c;
@@ -2481,7 +2473,6 @@ begin
       from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes, complete_tasks.outputs)
              with ordinality as x (run_id, step_slug, task_index, output, pos)
      where x.pos = any (v_fast)
-       and t.ctid = any (v_task_tids)
        and t.run_id = x.run_id
        and t.step_slug = x.step_slug
        and t.task_index = x.task_index;
@@ -2514,8 +2505,7 @@ begin
                         else c.first_output
                       end
         from counts as c
-       where ss.ctid = any (v_state_tids)
-         and ss.run_id = c.run_id
+       where ss.run_id = c.run_id
          and ss.step_slug = c.step_slug
       returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.output, ss.completed_at,
                 (select s.step_index
@@ -2603,8 +2593,7 @@ begin
                 join pgflow.steps as ch on ch.flow_slug = d.flow_slug and ch.step_slug = d.step_slug
                group by x.run_id, d.step_slug, ch.step_type, ch.step_index, ch.queue_name, ch.opt_start_delay
             ) as p
-           where cs.ctid = any (v_child_tids)
-             and cs.run_id = p.run_id
+           where cs.run_id = p.run_id
              and cs.step_slug = p.child_slug
           returning cs.run_id, cs.step_slug, cs.flow_slug, cs.remaining_deps, cs.status, cs.initial_tasks,
                     p.child_index, p.child_queue, p.child_delay
@@ -2645,8 +2634,7 @@ begin
                                  select 1 from pgflow.deps as d where d.flow_slug = r.flow_slug and d.dep_slug = ss.step_slug))
                         end
           from counts as c
-         where r.ctid = any (v_run_tids)
-           and r.run_id = c.run_id
+         where r.run_id = c.run_id
         returning r.run_id, r.flow_slug, r.status, r.output, r.completed_at
       )
       select array_agg(u.run_id order by u.run_id) filter (where u.status <> 'completed'),
@@ -2770,9 +2758,9 @@ It guarantees:
   * rows are locked in the order runs, step states, tasks, each set sorted by key, so concurrent calls (batches
     or single complete_task calls) never wait on each other in a cycle;
   * the cost grows with the number of elements only, never with the size of the tables, whatever the planner's
-    statistics or cached generic plans say: rows are looked up by key one at a time and then found again by
-    their physical address while this call holds their lock (v0.20.0; before, a generic plan could read every
-    step state of the flow for each completed task);
+    statistics or cached generic plans say: every row is looked up by key, one index lookup per row, in nested
+    loops only (v0.20.0; before, a generic plan could read every step state of the flow for each completed task,
+    or a whole table through its primary key when the plan was made while the table was small);
   * tasks that are plainly completable - run, step state and task 'started', first mention of the task in the
     call, the flow has no step with a condition pattern, no type violation is possible, and the same holds for
     every other task of the same run in the call - are completed together: one UPDATE of their tasks, one of
