@@ -55,8 +55,13 @@ begin
            least(coalesce(s.opt_timeout, f.opt_timeout), 2147483645) + 2,
            f.message_retention = 'delete'
       from claimed as c
-      join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
-      join pgflow.flows as f on f.flow_slug = c.flow_slug;
+      -- The definitions one lookup per task (LIMIT keeps them lookups): as a join, a plan of nested loops may read
+      -- every step of every flow and scan the claimed tasks again for each one.
+      cross join lateral (
+        select s.opt_timeout from pgflow.steps as s
+         where s.flow_slug = c.flow_slug and s.step_slug = c.step_slug limit 1) as s
+      cross join lateral (
+        select f.opt_timeout, f.message_retention from pgflow.flows as f where f.flow_slug = c.flow_slug limit 1) as f;
 end;
 $$;
 

@@ -33,14 +33,21 @@ begin
            t.attempts_count,
            coalesce(s.opt_timeout, f.opt_timeout),
            coalesce(s.opt_max_attempts, f.opt_max_attempts)
-      -- One row at a time by its address: a condition "ctid = any (p_rows)" on the table lets the planner read the
-      -- whole primary key instead, which is what it chooses when the plan is made while the table is small.
+      -- One row at a time: the task by its address, its run and definitions by key (LIMIT keeps each a lookup). A
+      -- condition "ctid = any (p_rows)" on the table lets the planner read the whole primary key instead, which is
+      -- what it chooses when the plan is made while the table is small; joins to the definitions may read every
+      -- step of every flow and scan the tasks again for each one.
       from unnest(p_rows) as k (row_address)
       cross join lateral (
         select t.* from pgflow.step_tasks as t where t.ctid = k.row_address limit 1) as t
-      join pgflow.runs as r on r.run_id = t.run_id
-      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-      join pgflow.flows as f on f.flow_slug = t.flow_slug
+      cross join lateral (select r.input from pgflow.runs as r where r.run_id = t.run_id limit 1) as r
+      cross join lateral (
+        select s.step_type, s.deps_count, s.opt_timeout, s.opt_max_attempts
+          from pgflow.steps as s
+         where s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+         limit 1) as s
+      cross join lateral (
+        select f.opt_timeout, f.opt_max_attempts from pgflow.flows as f where f.flow_slug = t.flow_slug limit 1) as f
      order by t.message_id;
 end;
 $$;

@@ -141,11 +141,19 @@ begin
         from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes, complete_tasks.outputs,
                     coalesce(complete_tasks.attempts, array_fill(null::integer, array[v_n])))
                with ordinality as x (run_id, step_slug, task_index, output, attempt, pos)
-        left join pgflow.runs as r on r.run_id = x.run_id
-        left join pgflow.step_states as ss on ss.run_id = x.run_id and ss.step_slug = x.step_slug
-        left join pgflow.step_tasks as t
-          on t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
-        left join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = x.step_slug
+        -- One lookup per element for each row (LIMIT keeps each a lookup, whatever the plan's estimates).
+        left join lateral (
+          select r.flow_slug, r.status from pgflow.runs as r where r.run_id = x.run_id limit 1) as r on true
+        left join lateral (
+          select ss.status from pgflow.step_states as ss
+           where ss.run_id = x.run_id and ss.step_slug = x.step_slug limit 1) as ss on true
+        left join lateral (
+          select t.run_id, t.status, t.attempts_count from pgflow.step_tasks as t
+           where t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
+           limit 1) as t on true
+        left join lateral (
+          select s.step_type from pgflow.steps as s
+           where s.flow_slug = r.flow_slug and s.step_slug = x.step_slug limit 1) as s on true
         ) as f
     ) as c;
 
@@ -226,7 +234,10 @@ begin
         select l.row_address
           from (select distinct x.run_id, d.step_slug
                   from unnest(v_c_runs, v_c_steps, v_c_flows) as x (run_id, step_slug, flow_slug)
-                  join pgflow.deps as d on d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
+                  cross join lateral (
+                    select d.step_slug from pgflow.deps as d
+                     where d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
+                    offset 0) as d  -- OFFSET keeps it a lookup per completed step
                  order by x.run_id, d.step_slug) as k
           cross join lateral (
             select cs.ctid as row_address from pgflow.step_states as cs
@@ -277,8 +288,15 @@ begin
                      count(*)::integer as n,
                      max(case when jsonb_typeof(x.output) = 'array' then jsonb_array_length(x.output) end) as output_len
                 from unnest(v_c_runs, v_c_steps, v_c_flows, v_c_outputs) as x (run_id, step_slug, flow_slug, output)
-                join pgflow.deps as d on d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
-                join pgflow.steps as ch on ch.flow_slug = d.flow_slug and ch.step_slug = d.step_slug
+                -- The definitions one lookup per completed step (OFFSET and LIMIT keep them lookups): as joins, a
+                -- plan of nested loops may read every step of every flow and scan the batch again for each one.
+                cross join lateral (
+                  select d.flow_slug, d.step_slug from pgflow.deps as d
+                   where d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
+                  offset 0) as d
+                cross join lateral (
+                  select ch.step_type, ch.step_index, ch.queue_name, ch.opt_start_delay from pgflow.steps as ch
+                   where ch.flow_slug = d.flow_slug and ch.step_slug = d.step_slug limit 1) as ch
                group by x.run_id, d.step_slug, ch.step_type, ch.step_index, ch.queue_name, ch.opt_start_delay
             ) as p
            where cs.run_id = p.run_id

@@ -15,7 +15,11 @@ begin
              'steps', coalesce(
                (select jsonb_agg(to_jsonb(ss) order by s.step_index)
                   from pgflow.step_states as ss
-                  join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
+                  -- A lookup per state (LIMIT keeps it one): as a join, a nested loop may read every step of every
+                  -- flow for each run.
+                  cross join lateral (
+                    select s.step_index from pgflow.steps as s
+                     where s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug limit 1) as s
                  where ss.run_id = r.run_id),
                '[]'::jsonb))
       from pgflow.runs as r

@@ -2453,11 +2453,19 @@ begin
         from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes, complete_tasks.outputs,
                     coalesce(complete_tasks.attempts, array_fill(null::integer, array[v_n])))
                with ordinality as x (run_id, step_slug, task_index, output, attempt, pos)
-        left join pgflow.runs as r on r.run_id = x.run_id
-        left join pgflow.step_states as ss on ss.run_id = x.run_id and ss.step_slug = x.step_slug
-        left join pgflow.step_tasks as t
-          on t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
-        left join pgflow.steps as s on s.flow_slug = r.flow_slug and s.step_slug = x.step_slug
+        -- One lookup per element for each row (LIMIT keeps each a lookup, whatever the plan's estimates).
+        left join lateral (
+          select r.flow_slug, r.status from pgflow.runs as r where r.run_id = x.run_id limit 1) as r on true
+        left join lateral (
+          select ss.status from pgflow.step_states as ss
+           where ss.run_id = x.run_id and ss.step_slug = x.step_slug limit 1) as ss on true
+        left join lateral (
+          select t.run_id, t.status, t.attempts_count from pgflow.step_tasks as t
+           where t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
+           limit 1) as t on true
+        left join lateral (
+          select s.step_type from pgflow.steps as s
+           where s.flow_slug = r.flow_slug and s.step_slug = x.step_slug limit 1) as s on true
         ) as f
     ) as c;
 
@@ -2538,7 +2546,10 @@ begin
         select l.row_address
           from (select distinct x.run_id, d.step_slug
                   from unnest(v_c_runs, v_c_steps, v_c_flows) as x (run_id, step_slug, flow_slug)
-                  join pgflow.deps as d on d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
+                  cross join lateral (
+                    select d.step_slug from pgflow.deps as d
+                     where d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
+                    offset 0) as d  -- OFFSET keeps it a lookup per completed step
                  order by x.run_id, d.step_slug) as k
           cross join lateral (
             select cs.ctid as row_address from pgflow.step_states as cs
@@ -2589,8 +2600,15 @@ begin
                      count(*)::integer as n,
                      max(case when jsonb_typeof(x.output) = 'array' then jsonb_array_length(x.output) end) as output_len
                 from unnest(v_c_runs, v_c_steps, v_c_flows, v_c_outputs) as x (run_id, step_slug, flow_slug, output)
-                join pgflow.deps as d on d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
-                join pgflow.steps as ch on ch.flow_slug = d.flow_slug and ch.step_slug = d.step_slug
+                -- The definitions one lookup per completed step (OFFSET and LIMIT keep them lookups): as joins, a
+                -- plan of nested loops may read every step of every flow and scan the batch again for each one.
+                cross join lateral (
+                  select d.flow_slug, d.step_slug from pgflow.deps as d
+                   where d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
+                  offset 0) as d
+                cross join lateral (
+                  select ch.step_type, ch.step_index, ch.queue_name, ch.opt_start_delay from pgflow.steps as ch
+                   where ch.flow_slug = d.flow_slug and ch.step_slug = d.step_slug limit 1) as ch
                group by x.run_id, d.step_slug, ch.step_type, ch.step_index, ch.queue_name, ch.opt_start_delay
             ) as p
            where cs.run_id = p.run_id
@@ -4042,8 +4060,13 @@ begin
            least(coalesce(s.opt_timeout, f.opt_timeout), 2147483645) + 2,
            f.message_retention = 'delete'
       from claimed as c
-      join pgflow.steps as s on s.flow_slug = c.flow_slug and s.step_slug = c.step_slug
-      join pgflow.flows as f on f.flow_slug = c.flow_slug;
+      -- The definitions one lookup per task (LIMIT keeps them lookups): as a join, a plan of nested loops may read
+      -- every step of every flow and scan the claimed tasks again for each one.
+      cross join lateral (
+        select s.opt_timeout from pgflow.steps as s
+         where s.flow_slug = c.flow_slug and s.step_slug = c.step_slug limit 1) as s
+      cross join lateral (
+        select f.opt_timeout, f.message_retention from pgflow.flows as f where f.flow_slug = c.flow_slug limit 1) as f;
 end;
 $$;
 
@@ -4098,14 +4121,21 @@ begin
            t.attempts_count,
            coalesce(s.opt_timeout, f.opt_timeout),
            coalesce(s.opt_max_attempts, f.opt_max_attempts)
-      -- One row at a time by its address: a condition "ctid = any (p_rows)" on the table lets the planner read the
-      -- whole primary key instead, which is what it chooses when the plan is made while the table is small.
+      -- One row at a time: the task by its address, its run and definitions by key (LIMIT keeps each a lookup). A
+      -- condition "ctid = any (p_rows)" on the table lets the planner read the whole primary key instead, which is
+      -- what it chooses when the plan is made while the table is small; joins to the definitions may read every
+      -- step of every flow and scan the tasks again for each one.
       from unnest(p_rows) as k (row_address)
       cross join lateral (
         select t.* from pgflow.step_tasks as t where t.ctid = k.row_address limit 1) as t
-      join pgflow.runs as r on r.run_id = t.run_id
-      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-      join pgflow.flows as f on f.flow_slug = t.flow_slug
+      cross join lateral (select r.input from pgflow.runs as r where r.run_id = t.run_id limit 1) as r
+      cross join lateral (
+        select s.step_type, s.deps_count, s.opt_timeout, s.opt_max_attempts
+          from pgflow.steps as s
+         where s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+         limit 1) as s
+      cross join lateral (
+        select f.opt_timeout, f.opt_max_attempts from pgflow.flows as f where f.flow_slug = t.flow_slug limit 1) as f
      order by t.message_id;
 end;
 $$;
@@ -5054,7 +5084,11 @@ begin
              'steps', coalesce(
                (select jsonb_agg(to_jsonb(ss) order by s.step_index)
                   from pgflow.step_states as ss
-                  join pgflow.steps as s on s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug
+                  -- A lookup per state (LIMIT keeps it one): as a join, a nested loop may read every step of every
+                  -- flow for each run.
+                  cross join lateral (
+                    select s.step_index from pgflow.steps as s
+                     where s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug limit 1) as s
                  where ss.run_id = r.run_id),
                '[]'::jsonb))
       from pgflow.runs as r
