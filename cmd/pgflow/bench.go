@@ -130,6 +130,8 @@ See docs/performance.md for the method.`,
 	f.IntVar(&cfg.Starters, "starters", bench.DefaultStarters, "clients starting runs at the same time in the start scenario")
 	f.Float64Var(&cfg.Rate, "rate", bench.DefaultRate, "arrival rate of the latency scenario, runs per second")
 	f.DurationVar(&cfg.LatencyDuration, "latency-duration", bench.DefaultLatencyDuration, "length of the latency scenario")
+	f.Float64Var(&cfg.RateOfOneStep, "rate-of-one-step", 0,
+		"latency scenario's rate as a fraction of the one-step scenario's tasks/s in the same run (0.5: half the one-step throughput; replaces --rate)")
 	f.DurationVar(&cfg.BaselineDuration, "baseline-duration", bench.DefaultBaselineDuration, "measured time of the baseline loop")
 	f.DurationVar(&cfg.IdleDuration, "idle-duration", bench.DefaultIdleDuration, "how long the idle scenario watches a worker")
 	f.IntSliceVar(&cfg.GrowthSizes, "growth-sizes", bench.DefaultGrowthSizes, "growth mode: completed runs in the tables at each measurement, ascending")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -163,6 +164,36 @@ func TestBenchConfigErrorsNameTheField(t *testing.T) {
 	require.ErrorContains(t, err, `Mode = "sideways"`)
 	require.ErrorContains(t, err, "Runs = -1")
 	require.ErrorContains(t, err, `Scenarios = "x"`)
+
+	_, err = Config{RateOfOneStep: -1}.resolve()
+	require.ErrorContains(t, err, "RateOfOneStep = -1")
+	_, err = Config{RateOfOneStep: 0.5, Scenarios: []string{"latency"}}.resolve()
+	require.ErrorContains(t, err, "RateOfOneStep = 0.5: needs the one-step and latency scenarios in the same run")
+}
+
+// TestBenchLatencyAtAFractionOfOneStep: with RateOfOneStep the latency scenario offers that fraction of the
+// tasks/s the one-step scenario reached in the same run, and says so.
+func TestBenchLatencyAtAFractionOfOneStep(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	cfg := tinyConfig(db.URL)
+	cfg.Scenarios = []string{"latency", "one-step"} // run in the canonical order whatever the order given
+	cfg.RateOfOneStep = 0.01
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	require.NoError(t, err)
+	require.Len(t, rep.Results, 2)
+	oneStep, latency := rep.Results[0], rep.Results[1]
+	require.Equal(t, ScenarioOneStep, oneStep.Scenario)
+	require.Equal(t, ScenarioLatency, latency.Scenario)
+	rate := max(1, math.Round(0.01*oneStep.TasksPerSec))
+	require.Equal(t, fmt.Sprintf("%g runs/s", rate), latency.Mode)
+	require.Equal(t, fmt.Sprintf("0.01 × one-step's %.0f tasks/s", oneStep.TasksPerSec), latency.RateBasis)
+	require.Equal(t, max(1, int(rate*cfg.LatencyDuration.Seconds())), latency.Runs)
+	var text bytes.Buffer
+	require.NoError(t, rep.WriteTable(&text))
+	require.Contains(t, text.String(), latency.RateBasis)
 }
 
 func TestPercentileAndRates(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 )
@@ -77,6 +78,10 @@ type Config struct {
 	// Rate is the arrival rate of the latency scenario in runs per second; LatencyDuration its length.
 	Rate            float64
 	LatencyDuration time.Duration
+	// RateOfOneStep, when positive, sets the latency scenario's arrival rate to this fraction of the tasks per
+	// second the one-step scenario reached earlier in the same run, in place of Rate (0.5: "at half the one-step
+	// throughput"). Both scenarios must be among Scenarios.
+	RateOfOneStep float64
 	// BaselineDuration is how long the baseline transaction loop is measured (after a short warm-up).
 	BaselineDuration time.Duration
 	// IdleDuration is how long the idle scenario watches a worker with nothing to do.
@@ -192,6 +197,9 @@ func (c Config) resolve() (Config, error) {
 	case c.Rate == 0:
 		c.Rate = DefaultRate
 	}
+	if c.RateOfOneStep < 0 {
+		bad("RateOfOneStep", c.RateOfOneStep, "must be positive (0 means: use Rate)")
+	}
 	switch c.Mode {
 	case "":
 		c.Mode = ModeBurnDown
@@ -230,6 +238,9 @@ func (c Config) resolve() (Config, error) {
 				c.Scenarios = append(c.Scenarios, k)
 			}
 		}
+	}
+	if c.RateOfOneStep > 0 && !(slices.Contains(c.Scenarios, ScenarioOneStep) && slices.Contains(c.Scenarios, ScenarioLatency)) {
+		bad("RateOfOneStep", c.RateOfOneStep, "needs the one-step and latency scenarios in the same run")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -90,6 +90,8 @@ type Result struct {
 	// ArrivalRate is the latency scenario's achieved arrival rate: starts returned per second, from the first
 	// scheduled arrival to the last start's return (the rate asked for is in Mode).
 	ArrivalRate float64 `json:"arrival_rate,omitempty"`
+	// RateBasis says how the latency scenario's rate was chosen when Config.RateOfOneStep set it.
+	RateBasis string `json:"latency_rate_basis,omitempty"`
 
 	CostPer        string  `json:"cost_per,omitempty"` // "task" or "run"
 	CommitsPer     float64 `json:"commits_per"`
@@ -262,8 +264,12 @@ func (rep *Report) WriteTable(w io.Writer) error {
 			notes = append(notes, fmt.Sprintf("%s: %d runs failed", r.Scenario, r.RunsFailed))
 		}
 		if r.LatencySource != "" && r.Scenario == ScenarioLatency {
+			asked := r.Mode
+			if r.RateBasis != "" {
+				asked += ": " + r.RateBasis
+			}
 			notes = append(notes, fmt.Sprintf("%s: latency measured by the %s; arrivals achieved %.0f runs/s (%s asked, %d starters)",
-				r.Scenario, r.LatencySource, r.ArrivalRate, r.Mode, r.Starters))
+				r.Scenario, r.LatencySource, r.ArrivalRate, asked, r.Starters))
 		}
 	}
 	for _, n := range append(notes, rep.Warnings...) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -63,6 +64,7 @@ func (e *env) run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("bench: scale-out: %w", err)
 		}
 	}
+	var oneStepTasksPerSec float64
 	for _, name := range cfg.Scenarios {
 		var res *Result
 		var err error
@@ -70,7 +72,15 @@ func (e *env) run(ctx context.Context, cfg Config) (*Report, error) {
 		case ScenarioStart:
 			res, err = e.runStart(ctx, cfg, progress(name))
 		case ScenarioLatency:
-			res, err = e.runLatency(ctx, cfg, progress(name))
+			lcfg, basis := cfg, ""
+			if cfg.RateOfOneStep > 0 { // one-step ran before: the scenarios run in their canonical order
+				lcfg.Rate = max(1, math.Round(cfg.RateOfOneStep*oneStepTasksPerSec))
+				basis = fmt.Sprintf("%g × one-step's %.0f tasks/s", cfg.RateOfOneStep, oneStepTasksPerSec)
+			}
+			res, err = e.runLatency(ctx, lcfg, progress(name))
+			if err == nil {
+				res.RateBasis = basis
+			}
 		case ScenarioDelayed:
 			res, err = e.runDelayed(ctx, cfg, progress(name))
 		case ScenarioIdle:
@@ -85,6 +95,9 @@ func (e *env) run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		if err != nil {
 			return nil, fmt.Errorf("bench: scenario %s: %w", name, err)
+		}
+		if name == ScenarioOneStep {
+			oneStepTasksPerSec = res.TasksPerSec
 		}
 		rep.Results = append(rep.Results, *res)
 	}
