@@ -121,7 +121,7 @@ begin
                  'remaining_steps', r.remaining_steps,
                  'started_at', r.started_at)
           from unnest(v_ids) with ordinality as x (run_id, pos)
-          join pgflow.runs as r on r.run_id = x.run_id
+          cross join lateral (select r.* from pgflow.runs as r where r.run_id = x.run_id limit 1) as r
          order by x.pos)
     end);
 
@@ -170,10 +170,11 @@ begin
     perform pgflow._maybe_complete_runs(v_ids);
   end if;
 
+  -- The new runs by key, one lookup each (LIMIT keeps it one, whatever the plan's estimates).
   return query
     select r.*
       from unnest(v_ids) with ordinality as x (run_id, pos)
-      join pgflow.runs as r on r.run_id = x.run_id
+      cross join lateral (select r.* from pgflow.runs as r where r.run_id = x.run_id limit 1) as r
      order by x.pos;
 end;
 $$;

@@ -1381,9 +1381,14 @@ begin
          limit 1) as ss
   ),
   steps as (
+    -- Each state's step by key (LIMIT keeps it a lookup): as a join, a plan of nested loops may read every step of
+    -- every flow and scan the states again for each one.
     select st.*, s.step_index, s.queue_name, coalesce(s.opt_start_delay, 0) as start_delay
       from (select * from started union all select * from already_started) as st
-      join pgflow.steps as s on s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+      cross join lateral (
+        select s.step_index, s.queue_name, s.opt_start_delay from pgflow.steps as s
+         where s.flow_slug = st.flow_slug and s.step_slug = st.step_slug
+         limit 1) as s
   )
   select array_agg(x.run_id order by x.run_id, x.step_index),
          array_agg(x.step_slug order by x.run_id, x.step_index),
@@ -4944,7 +4949,7 @@ begin
                  'remaining_steps', r.remaining_steps,
                  'started_at', r.started_at)
           from unnest(v_ids) with ordinality as x (run_id, pos)
-          join pgflow.runs as r on r.run_id = x.run_id
+          cross join lateral (select r.* from pgflow.runs as r where r.run_id = x.run_id limit 1) as r
          order by x.pos)
     end);
 
@@ -4993,10 +4998,11 @@ begin
     perform pgflow._maybe_complete_runs(v_ids);
   end if;
 
+  -- The new runs by key, one lookup each (LIMIT keeps it one, whatever the plan's estimates).
   return query
     select r.*
       from unnest(v_ids) with ordinality as x (run_id, pos)
-      join pgflow.runs as r on r.run_id = x.run_id
+      cross join lateral (select r.* from pgflow.runs as r where r.run_id = x.run_id limit 1) as r
      order by x.pos;
 end;
 $$;
