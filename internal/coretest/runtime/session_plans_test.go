@@ -1,9 +1,14 @@
 package runtime_test
 
 import (
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	fx "github.com/pgflow-go/pgflow/internal/coretest/fixture"
@@ -84,4 +89,87 @@ func TestSessionPlansMadeOnSmallTablesStayFlatAsTheTablesGrow(t *testing.T) {
 	require.Equal(t, int64(grown+1), fx.Val[int64](t, db, `select count(*) from pgflow.runs where status = 'completed'`))
 
 	inTx(func(tx pgx.Tx) { oneRunThroughAChain(t, tx, "aging", limit) })
+}
+
+// planLog collects the plans auto_explain sends to the client (client_min_messages = log) on one connection.
+type planLog struct {
+	mu    sync.Mutex
+	plans []string
+}
+
+func (l *planLog) onNotice(_ *pgconn.PgConn, n *pgconn.Notice) {
+	if strings.Contains(n.Message, "plan:") {
+		l.mu.Lock()
+		l.plans = append(l.plans, n.Message)
+		l.mu.Unlock()
+	}
+}
+
+var rowsRemovedByJoinFilter = regexp.MustCompile(`Rows Removed by Join Filter: (\d+)`)
+
+// With nested loops only, a join that matches rows by a filter instead of a lookup compares every row of one side
+// with every row of the other: quadratic in the batch, or a batch scanned again for every step defined in the
+// database. Every plan the start, claims and completions of a batch run (auto_explain, nested statements, made on
+// analyzed empty tables with other flows defined) may discard fewer rows in a join filter than the batch has.
+func TestBatchPlansNeverCompareRowsPairwise(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := fx.Ctx(t)
+	fx.Exec(t, db.Pool, "select pgflow.create_flow('pairs')")
+	fx.Exec(t, db.Pool, "select pgflow.add_step('pairs', 'work')")
+	fx.Exec(t, db.Pool, "select pgflow.add_step('pairs', 'next', array['work'])")
+	for _, other := range []string{"other_a", "other_b", "other_c"} {
+		fx.Exec(t, db.Pool, "select pgflow.create_flow($1)", other)
+		fx.Exec(t, db.Pool, "select pgflow.add_step($1, 'a')", other)
+		fx.Exec(t, db.Pool, "select pgflow.add_step($1, 'b', array['a'])", other)
+		fx.Exec(t, db.Pool, "select pgflow.add_step($1, 'c', array['b'])", other)
+	}
+	fx.EnsureWorker(t, db.Pool, "pairs", fx.DefaultWorker)
+	for _, table := range []string{"pgflow.runs", "pgflow.step_states", "pgflow.step_tasks"} {
+		fx.Exec(t, db.Pool, "analyze "+table)
+	}
+
+	cfg, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	var log planLog
+	cfg.OnNotice = log.onNotice
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	for _, set := range []string{
+		"load 'auto_explain'", // a contrib module of every PostgreSQL server package
+		"set auto_explain.log_min_duration = 0", "set auto_explain.log_analyze = on",
+		"set auto_explain.log_nested_statements = on", "set client_min_messages = log",
+	} {
+		_, err := conn.Exec(ctx, set)
+		require.NoError(t, err, set)
+	}
+
+	const batch = 200
+	fx.Exec(t, conn, `select count(*) from pgflow.start_flows('pairs', array(select '{}'::jsonb from generate_series(1, $1)))`, batch)
+	for _, step := range []string{"work", "next"} {
+		require.Equal(t, int64(batch), fx.Val[int64](t, conn, `
+			select count(*) from pgflow.read_and_start_tasks('pairs', null, $1::uuid, $2, 60) as r where r.claimed`,
+			fx.DefaultWorker, 2*batch), "claiming %s", step)
+		require.Equal(t, int64(batch), fx.Val[int64](t, conn, `
+			select count(*) filter (where c.outcome = 'recorded')
+			  from (select array_agg(t.run_id) as runs, array_agg(t.step_slug) as steps, array_agg(t.task_index) as idx
+			          from pgflow.step_tasks as t where t.flow_slug = 'pairs' and t.status = 'started') as b,
+			       pgflow.complete_tasks(b.runs, b.steps, b.idx, array_fill('"ok"'::jsonb, array[cardinality(b.runs)])) as c`),
+			"completing %s", step)
+	}
+
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	require.Greater(t, len(log.plans), 20, "auto_explain reported the nested statements' plans")
+	most := 0
+	for _, plan := range log.plans {
+		for _, m := range rowsRemovedByJoinFilter.FindAllStringSubmatch(plan, -1) {
+			n, err := strconv.Atoi(m[1])
+			require.NoError(t, err)
+			require.Less(t, n, batch, "a join compared rows pairwise:\n%s", plan)
+			most = max(most, n)
+		}
+	}
+	t.Logf("%d plans; at most %d rows removed by a join filter", len(log.plans), most)
 }
