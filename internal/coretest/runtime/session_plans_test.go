@@ -142,7 +142,8 @@ func TestBatchPlansNeverCompareRowsPairwise(t *testing.T) {
 		"set auto_explain.log_nested_statements = on", "set client_min_messages = log",
 	} {
 		_, err := conn.Exec(ctx, set)
-		require.NoError(t, err, set)
+		require.NoError(t, err, "%s (auto_explain comes with PostgreSQL's contrib modules: Debian's postgresql package, "+
+			"postgresql-contrib elsewhere)", set)
 	}
 
 	const batch = 200
