@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
+	fx "github.com/pgflow-go/pgflow/internal/coretest/fixture"
 	"github.com/pgflow-go/pgflow/internal/pgtest"
 )
 
@@ -30,3 +31,13 @@ func requirePgError(t *testing.T, err error, code, message string) *pgconn.PgErr
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// freezeStatistics analyzes the tables as they are now and turns autovacuum off on them: the planner's statistics
+// stay those of this moment while the test fills the tables, and no analyze invalidates a session's cached plans.
+func freezeStatistics(t *testing.T, db fx.DB, tables ...string) {
+	t.Helper()
+	for _, table := range tables {
+		fx.Exec(t, db, "alter table "+table+" set (autovacuum_enabled = off)")
+		fx.Exec(t, db, "analyze "+table)
+	}
+}

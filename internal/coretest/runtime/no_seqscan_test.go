@@ -92,10 +92,7 @@ func TestBulkStartReadsEachRunABoundedNumberOfTimes(t *testing.T) {
 	fx.Exec(t, db.Pool, "select pgflow.create_flow('bulk_probe')")
 	fx.Exec(t, db.Pool, "select pgflow.add_step('bulk_probe', 'first')")
 	fx.Exec(t, db.Pool, "select pgflow.add_step('bulk_probe', 'second', array['first'])")
-	for _, table := range []string{"runs", "step_states", "step_tasks"} {
-		fx.Exec(t, db.Pool, "alter table pgflow."+table+" set (autovacuum_enabled = off)")
-		fx.Exec(t, db.Pool, "analyze pgflow."+table)
-	}
+	freezeStatistics(t, db.Pool, "pgflow.runs", "pgflow.step_states", "pgflow.step_tasks")
 	const runs = 3000
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)

@@ -49,13 +49,9 @@ func TestSessionPlansMadeOnSmallTablesStayFlatAsTheTablesGrow(t *testing.T) {
 	fx.Exec(t, db, "select pgflow.add_step('aging', 'work')")
 	fx.Exec(t, db, "select pgflow.add_step('aging', 'next', array['work'])")
 	fx.EnsureWorker(t, db, "aging", fx.DefaultWorker)
-	for _, table := range []string{"pgflow.runs", "pgflow.step_states", "pgflow.step_tasks", "pgmq.q_aging", "pgmq.a_aging"} {
-		// Analyzed while empty, as autovacuum leaves a young database (the planner then takes the tables' current
-		// size at face value); no analyze later: it would invalidate the session's plans and hide what this test
-		// looks for.
-		fx.Exec(t, db, "alter table "+table+" set (autovacuum_enabled = off)")
-		fx.Exec(t, db, "analyze "+table)
-	}
+	// Analyzed while empty, as autovacuum leaves a young database (the planner then takes the tables' current size
+	// at face value); no analyze later: it would invalidate the session's plans and hide what this test looks for.
+	freezeStatistics(t, db, "pgflow.runs", "pgflow.step_states", "pgflow.step_tasks", "pgmq.q_aging", "pgmq.a_aging")
 
 	session, err := db.Acquire(ctx) // the long-lived session: its plans are made now, on empty tables
 	require.NoError(t, err)
@@ -125,9 +121,7 @@ func TestBatchPlansNeverCompareRowsPairwise(t *testing.T) {
 		fx.Exec(t, db.Pool, "select pgflow.add_step($1, 'c', array['b'])", other)
 	}
 	fx.EnsureWorker(t, db.Pool, "pairs", fx.DefaultWorker)
-	for _, table := range []string{"pgflow.runs", "pgflow.step_states", "pgflow.step_tasks"} {
-		fx.Exec(t, db.Pool, "analyze "+table)
-	}
+	freezeStatistics(t, db.Pool, "pgflow.runs", "pgflow.step_states", "pgflow.step_tasks")
 
 	cfg, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)

@@ -49,10 +49,7 @@ func TestBatchCallsReadOnlyTheirRowsUnderStaleStatistics(t *testing.T) {
 	fx.Exec(t, db, "select pgflow.add_step('burst', 'work')")
 	fx.Exec(t, db, "select pgflow.add_step('burst', 'next', array['work'])") // completions start steps too
 	fx.EnsureWorker(t, db, "burst", fx.DefaultWorker)
-	for _, table := range []string{"runs", "step_states", "step_tasks"} {
-		fx.Exec(t, db, "alter table pgflow."+table+" set (autovacuum_enabled = off)")
-		fx.Exec(t, db, "analyze pgflow."+table)
-	}
+	freezeStatistics(t, db, "pgflow.runs", "pgflow.step_states", "pgflow.step_tasks")
 	const queued, batch = 20000, 25 // enough rows that reading them all is the expensive plan
 	fx.Exec(t, db, `select count(*) from pgflow.start_flows('burst', array(select '{}'::jsonb from generate_series(1, $1)))`, queued)
 

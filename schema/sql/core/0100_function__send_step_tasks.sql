@@ -63,26 +63,29 @@ begin
         cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
        where x.queue_name = v_group.queue_name
          and x.start_delay = v_group.start_delay
+    ),
+    -- The message ids, ascending, in one array (one row: send_batch runs once), so the n-th task takes the n-th
+    -- id by subscript: no join of the two sets, which the join methods these functions allow (nested loops only)
+    -- would make quadratic.
+    sent as (
+      select array_agg(s.msg_id order by s.msg_id) as msg_ids
+        from pgmq.send_batch(
+               v_group.queue_name,
+               array(
+                 select jsonb_build_object(
+                          'flow_slug', m.flow_slug,
+                          'run_id', m.run_id,
+                          'step_slug', m.step_slug,
+                          'task_index', m.task_index)
+                   from tasks as m
+                  order by m.n),
+               null::jsonb[],
+               clock_timestamp() + make_interval(secs => v_group.start_delay)) as s (msg_id)
     )
-    -- The message ids, ascending, form one array (an InitPlan, run once) and the n-th task takes the n-th: no join
-    -- of the two sets, which the join methods these functions allow (nested loops only) would make quadratic.
     insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name)
-    select t.flow_slug, t.run_id, t.step_slug, t.task_index,
-           (select array_agg(s.msg_id order by s.msg_id)
-              from pgmq.send_batch(
-                     v_group.queue_name,
-                     array(
-                       select jsonb_build_object(
-                                'flow_slug', m.flow_slug,
-                                'run_id', m.run_id,
-                                'step_slug', m.step_slug,
-                                'task_index', m.task_index)
-                         from tasks as m
-                        order by m.n),
-                     null::jsonb[],
-                     clock_timestamp() + make_interval(secs => v_group.start_delay)) as s (msg_id))[t.n],
-           v_group.queue_name
-      from tasks as t;
+    select t.flow_slug, t.run_id, t.step_slug, t.task_index, sent.msg_ids[t.n], v_group.queue_name
+      from tasks as t
+      cross join sent;
 
     -- Wake the workers waiting on this queue (one notification per queue and transaction: PostgreSQL folds
     -- identical notifications of one transaction). Delayed messages: tell them when the messages become visible,

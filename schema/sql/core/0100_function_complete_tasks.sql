@@ -48,7 +48,7 @@ declare
   v_started_queues text[];
   v_started_delays integer[];
   v_started_counts integer[];
-  v_child_tids tid[];
+  v_children   integer;
   v_realtime   boolean;
   v_done_runs  uuid[];
   v_done_flows text[];
@@ -229,10 +229,10 @@ begin
       -- task count from its parent's array. A dependent that becomes ready with tasks to run becomes 'started' in
       -- the same row version (these flows have no conditions to resolve first); its messages, tasks and
       -- step:started event follow below, with the other steps that start. The dependents are locked first (key
-      -- order, as above) for their addresses.
-      v_child_tids := array(
-        select l.row_address
-          from (select distinct x.run_id, d.step_slug
+      -- order, as above).
+      select count(*)
+        into v_children
+        from (select distinct x.run_id, d.step_slug
                   from unnest(v_c_runs, v_c_steps, v_c_flows) as x (run_id, step_slug, flow_slug)
                   cross join lateral (
                     select d.step_slug from pgflow.deps as d
@@ -240,11 +240,11 @@ begin
                     offset 0) as d  -- OFFSET keeps it a lookup per completed step
                  order by x.run_id, d.step_slug) as k
           cross join lateral (
-            select cs.ctid as row_address from pgflow.step_states as cs
+            select from pgflow.step_states as cs
              where cs.run_id = k.run_id and cs.step_slug = k.step_slug
-               for update) as l);
+               for update) as l;
       -- Leaf steps have no dependents: nothing to update.
-      if cardinality(v_child_tids) > 0 then
+      if v_children > 0 then
         with upd as (
           update pgflow.step_states as cs
              set remaining_deps = cs.remaining_deps - p.n,

@@ -1275,26 +1275,29 @@ begin
         cross join lateral generate_series(0, x.initial_tasks - 1) as i (i)
        where x.queue_name = v_group.queue_name
          and x.start_delay = v_group.start_delay
+    ),
+    -- The message ids, ascending, in one array (one row: send_batch runs once), so the n-th task takes the n-th
+    -- id by subscript: no join of the two sets, which the join methods these functions allow (nested loops only)
+    -- would make quadratic.
+    sent as (
+      select array_agg(s.msg_id order by s.msg_id) as msg_ids
+        from pgmq.send_batch(
+               v_group.queue_name,
+               array(
+                 select jsonb_build_object(
+                          'flow_slug', m.flow_slug,
+                          'run_id', m.run_id,
+                          'step_slug', m.step_slug,
+                          'task_index', m.task_index)
+                   from tasks as m
+                  order by m.n),
+               null::jsonb[],
+               clock_timestamp() + make_interval(secs => v_group.start_delay)) as s (msg_id)
     )
-    -- The message ids, ascending, form one array (an InitPlan, run once) and the n-th task takes the n-th: no join
-    -- of the two sets, which the join methods these functions allow (nested loops only) would make quadratic.
     insert into pgflow.step_tasks (flow_slug, run_id, step_slug, task_index, message_id, queue_name)
-    select t.flow_slug, t.run_id, t.step_slug, t.task_index,
-           (select array_agg(s.msg_id order by s.msg_id)
-              from pgmq.send_batch(
-                     v_group.queue_name,
-                     array(
-                       select jsonb_build_object(
-                                'flow_slug', m.flow_slug,
-                                'run_id', m.run_id,
-                                'step_slug', m.step_slug,
-                                'task_index', m.task_index)
-                         from tasks as m
-                        order by m.n),
-                     null::jsonb[],
-                     clock_timestamp() + make_interval(secs => v_group.start_delay)) as s (msg_id))[t.n],
-           v_group.queue_name
-      from tasks as t;
+    select t.flow_slug, t.run_id, t.step_slug, t.task_index, sent.msg_ids[t.n], v_group.queue_name
+      from tasks as t
+      cross join sent;
 
     -- Wake the workers waiting on this queue (one notification per queue and transaction: PostgreSQL folds
     -- identical notifications of one transaction). Delayed messages: tell them when the messages become visible,
@@ -2365,7 +2368,7 @@ declare
   v_started_queues text[];
   v_started_delays integer[];
   v_started_counts integer[];
-  v_child_tids tid[];
+  v_children   integer;
   v_realtime   boolean;
   v_done_runs  uuid[];
   v_done_flows text[];
@@ -2546,10 +2549,10 @@ begin
       -- task count from its parent's array. A dependent that becomes ready with tasks to run becomes 'started' in
       -- the same row version (these flows have no conditions to resolve first); its messages, tasks and
       -- step:started event follow below, with the other steps that start. The dependents are locked first (key
-      -- order, as above) for their addresses.
-      v_child_tids := array(
-        select l.row_address
-          from (select distinct x.run_id, d.step_slug
+      -- order, as above).
+      select count(*)
+        into v_children
+        from (select distinct x.run_id, d.step_slug
                   from unnest(v_c_runs, v_c_steps, v_c_flows) as x (run_id, step_slug, flow_slug)
                   cross join lateral (
                     select d.step_slug from pgflow.deps as d
@@ -2557,11 +2560,11 @@ begin
                     offset 0) as d  -- OFFSET keeps it a lookup per completed step
                  order by x.run_id, d.step_slug) as k
           cross join lateral (
-            select cs.ctid as row_address from pgflow.step_states as cs
+            select from pgflow.step_states as cs
              where cs.run_id = k.run_id and cs.step_slug = k.step_slug
-               for update) as l);
+               for update) as l;
       -- Leaf steps have no dependents: nothing to update.
-      if cardinality(v_child_tids) > 0 then
+      if v_children > 0 then
         with upd as (
           update pgflow.step_states as cs
              set remaining_deps = cs.remaining_deps - p.n,
