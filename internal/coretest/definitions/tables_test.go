@@ -77,8 +77,10 @@ func TestConstraintAndIndexNames(t *testing.T) {
 	t.Parallel()
 	pool := newDB(t)
 
-	// v0.20.0 dropped step_states_flow_slug_fkey and step_tasks_run_id_fkey: the foreign keys to steps and to
-	// step_states imply them (docs/pgflow-differences.md).
+	// v0.20.0 dropped step_states_flow_slug_fkey and step_tasks_run_id_fkey (the foreign keys to steps and to
+	// step_states imply them) and the keys to the definitions runs_flow_slug_fkey,
+	// step_states_flow_slug_step_slug_fkey and step_tasks_flow_slug_fkey (kept by the start and by
+	// pgflow._guard_definition_keys: definition_keys_test.go); docs/pgflow-differences.md.
 	wantConstraints := map[string]string{
 		"flows": "flows_pkey message_retention_is_valid opt_base_delay_is_nonnegative opt_max_attempts_is_nonnegative opt_timeout_is_positive queue_mode_is_valid slug_is_valid",
 		"steps": "forbidden_input_pattern_is_object opt_base_delay_is_nonnegative opt_max_attempts_is_nonnegative " +
@@ -88,16 +90,16 @@ func TestConstraintAndIndexNames(t *testing.T) {
 		"deps": "deps_check deps_flow_slug_dep_slug_fkey deps_flow_slug_fkey deps_flow_slug_step_slug_fkey deps_pkey",
 		"runs": "cancelled_at_is_after_started_at cancelled_at_only_when_cancelled " +
 			"completed_at_is_after_started_at completed_at_or_failed_at failed_at_is_after_started_at " +
-			"runs_flow_slug_fkey runs_pkey runs_remaining_steps_check status_is_valid",
+			"runs_pkey runs_remaining_steps_check status_is_valid",
 		"step_states": "completed_at_is_after_started_at completed_at_or_failed_at_or_skipped_at " +
 			"failed_at_is_after_started_at initial_tasks_known_when_started output_only_for_completed_or_null " +
 			"remaining_tasks_state_consistency skip_reason_matches_status skipped_at_is_after_created_at " +
 			"started_at_is_after_created_at status_and_remaining_tasks_match status_is_valid " +
-			"step_states_flow_slug_step_slug_fkey step_states_initial_tasks_check " +
+			"step_states_initial_tasks_check " +
 			"step_states_pkey step_states_remaining_deps_check step_states_run_id_fkey",
 		"step_tasks": "attempts_before_retry_in_range attempts_count_nonnegative completed_at_is_after_queued_at completed_at_is_after_started_at " +
 			"completed_at_or_failed_at failed_at_is_after_queued_at failed_at_is_after_started_at " +
-			"output_valid_only_for_completed started_at_is_after_queued_at step_tasks_flow_slug_fkey " +
+			"output_valid_only_for_completed started_at_is_after_queued_at " +
 			"step_tasks_last_worker_id_fkey step_tasks_pkey step_tasks_queue_name_is_valid " +
 			"step_tasks_queue_name_message_id_key step_tasks_run_id_step_slug_fkey valid_status",
 		"workers":          "workers_pkey",
@@ -173,9 +175,10 @@ func TestStepTaskRecordType(t *testing.T) {
 	require.Equal(t, "flow_slug text, run_id uuid, step_slug text, input jsonb, msg_id bigint, task_index integer, flow_input jsonb", got)
 }
 
-// The two foreign keys v0.20.0 dropped were implied by others, so the rows they guarded are still refused: a step
-// state of a flow that does not exist (its step does not exist either), a task of a run that does not exist (its
-// step state does not exist either), and deleting a run or a flow that rows still reference.
+// The two foreign keys v0.20.0 dropped as implied by others guarded rows that are still refused: a task of a run that
+// does not exist (its step state does not exist either), and deleting a run that rows still reference. (A step
+// state of a step that does not exist is no longer refused on insert: that key went too, for its cost, and only
+// the start writes step states - definition_keys_test.go.)
 func TestImpliedForeignKeysStillHold(t *testing.T) {
 	t.Parallel()
 	pool := newDB(t)
@@ -192,12 +195,10 @@ func TestImpliedForeignKeysStillHold(t *testing.T) {
 			require.Equal(t, constraint, pgErr.ConstraintName, pgErr.Message)
 		}
 	}
-	violates("step_states_flow_slug_step_slug_fkey",
-		`insert into pgflow.step_states (flow_slug, run_id, step_slug) values ('nope', $1, 'b')`, runID)
 	violates("step_tasks_run_id_step_slug_fkey", `insert into pgflow.step_tasks (flow_slug, run_id, step_slug, queue_name)
 		values ('fk', '00000000-0000-4000-8000-000000000001', 'a', 'fk')`)
 	violates("step_states_run_id_fkey", `delete from pgflow.runs where run_id = $1`, runID)
-	violates("", `delete from pgflow.flows where flow_slug = 'fk'`) // steps, runs, step_tasks: whichever is checked first
+	violates("runs_flow_slug_fkey", `delete from pgflow.flows where flow_slug = 'fk'`)
 	require.Equal(t, 1, count(t, pool, `select 1 from pgflow.step_tasks where run_id = $1`, runID), "nothing changed")
 }
 

@@ -15,7 +15,11 @@ create table pgflow.runs (
   cancel_reason   text,
   retry_of        uuid,
   constraint runs_pkey primary key (run_id),
-  constraint runs_flow_slug_fkey foreign key (flow_slug) references pgflow.flows (flow_slug),
+  -- No foreign key from flow_slug to flows (pgflow has runs_flow_slug_fkey; v0.20.0, with the keys to the definitions
+  -- of step_states and step_tasks): a key checks every inserted row with a query and a row lock on the flow, which
+  -- every concurrent start shares (a new MultiXact each). pgflow._guard_definition_keys (0095) keeps what the key
+  -- kept: start_flow(s) refuses an unknown flow with the key's error and locks the flow once per call, and a flow
+  -- with runs cannot be deleted, renamed or truncated away.
   constraint runs_remaining_steps_check check (remaining_steps >= 0),
   constraint status_is_valid check (status in ('started', 'failed', 'completed', 'cancelled')),
   constraint completed_at_or_failed_at check (not (completed_at is not null and failed_at is not null)),

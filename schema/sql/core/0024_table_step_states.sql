@@ -22,8 +22,9 @@ create table pgflow.step_states (
   -- below implies it (steps.flow_slug references flows), and every key checked costs an insert a query and a row
   -- lock (v0.20.0).
   constraint step_states_run_id_fkey foreign key (run_id) references pgflow.runs (run_id),
-  constraint step_states_flow_slug_step_slug_fkey foreign key (flow_slug, step_slug)
-    references pgflow.steps (flow_slug, step_slug),
+  -- No foreign key from (flow_slug, step_slug) to steps either (pgflow has step_states_flow_slug_step_slug_fkey,
+  -- v0.20.0): step states are made only from the rows of steps, under the flow's lock, and
+  -- pgflow._guard_definition_keys refuses to delete or rename a step that step states name (see 0023_table_runs).
   constraint step_states_remaining_deps_check check (remaining_deps >= 0),
   constraint step_states_initial_tasks_check check (initial_tasks is null or initial_tasks >= 0),
   constraint status_is_valid check (status in ('created', 'started', 'completed', 'failed', 'skipped')),

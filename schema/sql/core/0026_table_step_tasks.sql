@@ -25,7 +25,8 @@ create table pgflow.step_tasks (
   retry_at               timestamptz,
   attempts_before_retry  int         not null default 0,
   constraint step_tasks_pkey primary key (run_id, step_slug, task_index),
-  constraint step_tasks_flow_slug_fkey foreign key (flow_slug) references pgflow.flows (flow_slug),
+  -- No foreign key from flow_slug to flows (pgflow has step_tasks_flow_slug_fkey, v0.20.0): a task is made for a
+  -- step state of the same flow, whose run keeps the flow (see 0023_table_runs).
   -- No foreign key of its own from run_id to runs (pgflow has step_tasks_run_id_fkey): the one to step_states
   -- below implies it (step_states.run_id references runs), and every key checked costs an insert a query and a row
   -- lock (v0.20.0).

@@ -70,6 +70,8 @@ pgflow.delete_flow_and_data(p_flow_slug) guarantees: removes the flow completely
   * any failing PGMQ call fails the function, so the caller's transaction rolls back as a whole;
   * calls for one normalized slug are serialised with create_flow and ensure_flow_compiled by the
     transaction-level advisory lock (1, hashtext(lower(p_flow_slug)));
+  * v0.20.0: a flow that has steps or a flow row must be deleted in a READ COMMITTED transaction: under REPEATABLE
+    READ or SERIALIZABLE pgflow._guard_definition_keys refuses the delete (25000) and nothing is deleted;
   * destructive and irreversible; meant for development and for recompiling a changed flow. Workers rows are
     not touched. An unknown flow is not an error and touches no queue.
 $doc$;

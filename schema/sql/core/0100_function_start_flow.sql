@@ -29,6 +29,20 @@ begin
   -- rows) and complete the run at once with output NULL.
   perform pg_advisory_xact_lock_shared(1, hashtext(lower(start_flow.flow_slug)));
 
+  -- The insert side of runs_flow_slug_fkey, which the schema leaves out (sql/core/0023_table_runs.sql): the flow's
+  -- row locked once per call (a concurrent delete waits for this transaction; under REPEATABLE READ a delete
+  -- committed after the snapshot is a serialization failure), and an unknown flow gets the key's error.
+  perform 1 from pgflow.flows as f where f.flow_slug = start_flow.flow_slug for key share;
+  if not found and start_flow.flow_slug is not null then
+    raise exception using
+      errcode = '23503',
+      message = 'insert or update on table "runs" violates foreign key constraint "runs_flow_slug_fkey"',
+      detail = format('Key (flow_slug)=(%s) is not present in table "flows".', start_flow.flow_slug),
+      schema = 'pgflow',
+      table = 'runs',
+      constraint = 'runs_flow_slug_fkey';
+  end if;
+
   select count(*), count(*) filter (where s.step_type = 'map' and s.deps_count = 0),
          coalesce(bool_or(s.required_input_pattern is not null or s.forbidden_input_pattern is not null), false)
     into v_step_count, v_root_maps, v_conditions
@@ -114,7 +128,8 @@ pgflow.start_flow(flow_slug, input, run_id) guarantees:
     task is ever created), taskless steps complete, ready steps start (tasks and messages are created) and the
     run completes if nothing is left (e.g. a flow without steps);
   * returns the run row as it is at the end ('started', 'completed' or 'failed').
-A start waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow.
-Errors: unknown flow -> runs_flow_slug_fkey; an existing run_id -> runs_pkey (a retried start with the same
+A start waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow; it locks
+the flow's row FOR KEY SHARE (v0.20.0: the insert side of runs_flow_slug_fkey, which the schema leaves out).
+Errors: unknown flow -> runs_flow_slug_fkey (23503, the key's message and constraint name, nothing written); an existing run_id -> runs_pkey (a retried start with the same
 run_id therefore never creates a second run); NULL input without root maps -> not-null violation on runs.input.
 $doc$;

@@ -40,6 +40,20 @@ begin
   -- could count no steps (compilation not yet visible) yet pass the foreign-key check (which reads the newest
   -- rows) and complete the run at once with output NULL.
   perform pg_advisory_xact_lock_shared(1, hashtext(lower(start_flows.flow_slug)));
+
+  -- The insert side of runs_flow_slug_fkey, which the schema leaves out (sql/core/0023_table_runs.sql): the flow's
+  -- row locked once per call (a concurrent delete waits for this transaction; under REPEATABLE READ a delete
+  -- committed after the snapshot is a serialization failure), and an unknown flow gets the key's error.
+  perform 1 from pgflow.flows as f where f.flow_slug = start_flows.flow_slug for key share;
+  if not found and start_flows.flow_slug is not null then
+    raise exception using
+      errcode = '23503',
+      message = 'insert or update on table "runs" violates foreign key constraint "runs_flow_slug_fkey"',
+      detail = format('Key (flow_slug)=(%s) is not present in table "flows".', start_flows.flow_slug),
+      schema = 'pgflow',
+      table = 'runs',
+      constraint = 'runs_flow_slug_fkey';
+  end if;
   if start_flows.run_ids is not null and cardinality(start_flows.run_ids) <> v_n then
     raise exception 'start_flows: % run_ids given for % inputs', cardinality(start_flows.run_ids), v_n;
   end if;
@@ -199,6 +213,8 @@ transaction). It guarantees:
     names both lengths; an existing or repeated run id fails the whole call (runs_pkey), an unknown flow fails
     it with runs_flow_slug_fkey, a NULL input of a flow without root maps with the not-null violation on
     runs.input - the call is atomic: all runs start or none;
-  * waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow;
+  * waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow; locks the
+    flow's row FOR KEY SHARE once per call (v0.20.0: the insert side of runs_flow_slug_fkey, which the schema
+    leaves out; an unknown flow raises that key's 23503 error before anything is written);
   * returns the run rows as they are at the end, in the order of inputs; NULL or empty inputs start nothing.
 $doc$;

@@ -115,6 +115,14 @@ drop index pgflow.idx_step_tasks_completed;
 alter table pgflow.step_states drop constraint step_states_flow_slug_fkey;
 alter table pgflow.step_tasks drop constraint step_tasks_run_id_fkey;
 
+-- Three foreign keys to the definitions fewer (see sql/core/0023_table_runs.sql): each checked every inserted row
+-- with a query and a row lock on the flow or step that all concurrent starts shared. The start locks the flow once
+-- per call and refuses an unknown flow with the key's error; the trigger pgflow._guard_definition_keys (created
+-- with its function below) keeps flows and steps that runs use from being deleted, renamed or truncated away.
+alter table pgflow.runs drop constraint runs_flow_slug_fkey;
+alter table pgflow.step_states drop constraint step_states_flow_slug_step_slug_fkey;
+alter table pgflow.step_tasks drop constraint step_tasks_flow_slug_fkey;
+
 -- The queue-name rule with its length tested apart from the pattern (see sql/core/0026_table_step_tasks.sql): the
 -- same set of names, about ten times cheaper to check (3 us with the bounded repetition), and step_tasks checks it
 -- on every write of a task.
@@ -755,6 +763,127 @@ check them with their own errors.
 $doc$;
 -- end generated
 
+-- generated from sql/core: 0095_function__guard_definition_keys.sql
+-- pgflow._guard_definition_keys: the delete side of the three foreign keys from the runtime tables to the
+-- definitions that v0.20.0 left out (runs_flow_slug_fkey, step_states_flow_slug_step_slug_fkey,
+-- step_tasks_flow_slug_fkey; see sql/core/0023_table_runs.sql). Their insert side is the start's: start_flow and
+-- start_flows lock the flow's row once per call and refuse an unknown flow with runs_flow_slug_fkey's error, and
+-- every other row of a run is made from rows of steps of the run's flow.
+--
+-- Row triggers (before delete, before update of the key) on flows and steps, and statement triggers after truncate.
+-- A row trigger takes the flow's lock exclusively (pgflow.delete_flow_and_data's, which every start shares), so a
+-- start in flight commits first and its run is then visible to the check. SECURITY DEFINER as PostgreSQL's own key
+-- checks are: the check reads tables the deleting role need not be able to read; a trigger function cannot be called
+-- in any other way.
+create or replace function pgflow._guard_definition_keys()
+returns trigger
+language plpgsql
+volatile
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+  v_flow text;
+  v_step text;
+begin
+  if tg_level = 'STATEMENT' then
+    -- After a truncate of flows or steps: the runtime rows must have gone in the same statement.
+    if tg_table_name = 'flows' and exists (select 1 from pgflow.runs) then
+      v_step := 'runs';
+    elsif tg_table_name = 'steps' and exists (select 1 from pgflow.step_states) then
+      v_step := 'step_states';
+    else
+      return null;
+    end if;
+    raise exception using
+      errcode = '0A000',
+      message = 'cannot truncate a table referenced in a foreign key constraint',
+      detail = format('Table "%s" references "%s".', v_step, tg_table_name),
+      hint = format('Truncate table "%s" at the same time.', v_step);
+  end if;
+
+  v_flow := old.flow_slug;
+  if tg_table_name = 'steps' then
+    v_step := old.step_slug;
+    if tg_op = 'UPDATE' and new.flow_slug = old.flow_slug and new.step_slug = old.step_slug then
+      return new;
+    end if;
+  elsif tg_op = 'UPDATE' and new.flow_slug = old.flow_slug then
+    return new;
+  end if;
+
+  perform pg_advisory_xact_lock(1, hashtext(lower(v_flow)));
+
+  if v_step is null and exists (select 1 from pgflow.runs as r where r.flow_slug = v_flow) then
+    raise exception using
+      errcode = '23503',
+      message = 'update or delete on table "flows" violates foreign key constraint "runs_flow_slug_fkey" on table "runs"',
+      detail = format('Key (flow_slug)=(%s) is still referenced from table "runs".', v_flow),
+      schema = 'pgflow',
+      table = 'runs',
+      constraint = 'runs_flow_slug_fkey';
+  elsif v_step is not null and exists (
+    select 1 from pgflow.step_states as ss where ss.flow_slug = v_flow and ss.step_slug = v_step
+  ) then
+    raise exception using
+      errcode = '23503',
+      message = 'update or delete on table "steps" violates foreign key constraint "step_states_flow_slug_step_slug_fkey" on table "step_states"',
+      detail = format('Key (flow_slug, step_slug)=(%s, %s) is still referenced from table "step_states".', v_flow, v_step),
+      schema = 'pgflow',
+      table = 'step_states',
+      constraint = 'step_states_flow_slug_step_slug_fkey';
+  end if;
+
+  -- Under REPEATABLE READ or SERIALIZABLE the check above read this transaction's snapshot, taken before the lock:
+  -- a start that committed in between is not in it (PostgreSQL's own keys re-check with a newer snapshot, which a
+  -- function cannot). Refuse rather than leave runs of a flow that no longer exists.
+  if current_setting('transaction_isolation') <> 'read committed' then
+    raise exception using
+      errcode = '25000',
+      message = format('Cannot delete or rename %s of flow "%s" in a %s transaction',
+                       case when v_step is null then 'the definition' else format('step "%s"', v_step) end,
+                       v_flow, upper(current_setting('transaction_isolation'))),
+      detail = 'Runs started after this transaction''s snapshot would not be seen by the check that no run uses it.',
+      hint = 'Run it (or pgflow.delete_flow_and_data) in a READ COMMITTED transaction.';
+  end if;
+
+  if tg_op = 'DELETE' then
+    return old;
+  end if;
+  return new;
+end;
+$$;
+
+create or replace trigger guard_definition_keys
+  before delete or update of flow_slug on pgflow.flows
+  for each row execute function pgflow._guard_definition_keys();
+create or replace trigger guard_definition_keys_truncate
+  after truncate on pgflow.flows
+  for each statement execute function pgflow._guard_definition_keys();
+create or replace trigger guard_definition_keys
+  before delete or update of flow_slug, step_slug on pgflow.steps
+  for each row execute function pgflow._guard_definition_keys();
+create or replace trigger guard_definition_keys_truncate
+  after truncate on pgflow.steps
+  for each statement execute function pgflow._guard_definition_keys();
+
+comment on function pgflow._guard_definition_keys() is $doc$
+pgflow._guard_definition_keys() guarantees (v0.20.0; a trigger function of pgflow.flows and pgflow.steps): no run
+is left naming a flow, and no step state naming a step, that no longer exists, as the foreign keys
+runs_flow_slug_fkey and step_states_flow_slug_step_slug_fkey guaranteed in pgflow:
+  * deleting a flow row, or changing its flow_slug, while runs of the flow exist raises 23503 with the message,
+    detail and constraint name runs_flow_slug_fkey's violation had; a step row, while step states of the step
+    exist, the same with step_states_flow_slug_step_slug_fkey. An update that keeps the key changes nothing here;
+  * first it takes the flow's advisory lock exclusively (the lock pgflow.delete_flow_and_data takes and every
+    start_flow/start_flows shares), so a start in flight finishes before the check and is seen by it;
+  * in a REPEATABLE READ or SERIALIZABLE transaction such a delete or rename is refused (25000) whatever the
+    tables hold, because the check cannot see runs committed after the snapshot;
+  * a TRUNCATE of flows (steps) fails with 0A000, as for a foreign key, when runs (step_states) still has rows at
+    the end of the statement, i.e. when they were not truncated with it;
+  * nothing else: the insert side of the keys is start_flow's and start_flows' (an unknown flow raises
+    runs_flow_slug_fkey's error; the flow's row is locked FOR KEY SHARE once per call).
+$doc$;
+-- end generated
 -- generated from sql/core: 0095_function__finish_run_steps.sql
 create or replace function pgflow._finish_run_steps(run_id uuid, skip_reason text)
 returns integer
@@ -2883,6 +3012,8 @@ pgflow.delete_flow_and_data(p_flow_slug) guarantees: removes the flow completely
   * any failing PGMQ call fails the function, so the caller's transaction rolls back as a whole;
   * calls for one normalized slug are serialised with create_flow and ensure_flow_compiled by the
     transaction-level advisory lock (1, hashtext(lower(p_flow_slug)));
+  * v0.20.0: a flow that has steps or a flow row must be deleted in a READ COMMITTED transaction: under REPEATABLE
+    READ or SERIALIZABLE pgflow._guard_definition_keys refuses the delete (25000) and nothing is deleted;
   * destructive and irreversible; meant for development and for recompiling a changed flow. Workers rows are
     not touched. An unknown flow is not an error and touches no queue.
 $doc$;
@@ -4737,6 +4868,20 @@ begin
   -- rows) and complete the run at once with output NULL.
   perform pg_advisory_xact_lock_shared(1, hashtext(lower(start_flow.flow_slug)));
 
+  -- The insert side of runs_flow_slug_fkey, which the schema leaves out (sql/core/0023_table_runs.sql): the flow's
+  -- row locked once per call (a concurrent delete waits for this transaction; under REPEATABLE READ a delete
+  -- committed after the snapshot is a serialization failure), and an unknown flow gets the key's error.
+  perform 1 from pgflow.flows as f where f.flow_slug = start_flow.flow_slug for key share;
+  if not found and start_flow.flow_slug is not null then
+    raise exception using
+      errcode = '23503',
+      message = 'insert or update on table "runs" violates foreign key constraint "runs_flow_slug_fkey"',
+      detail = format('Key (flow_slug)=(%s) is not present in table "flows".', start_flow.flow_slug),
+      schema = 'pgflow',
+      table = 'runs',
+      constraint = 'runs_flow_slug_fkey';
+  end if;
+
   select count(*), count(*) filter (where s.step_type = 'map' and s.deps_count = 0),
          coalesce(bool_or(s.required_input_pattern is not null or s.forbidden_input_pattern is not null), false)
     into v_step_count, v_root_maps, v_conditions
@@ -4822,8 +4967,9 @@ pgflow.start_flow(flow_slug, input, run_id) guarantees:
     task is ever created), taskless steps complete, ready steps start (tasks and messages are created) and the
     run completes if nothing is left (e.g. a flow without steps);
   * returns the run row as it is at the end ('started', 'completed' or 'failed').
-A start waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow.
-Errors: unknown flow -> runs_flow_slug_fkey; an existing run_id -> runs_pkey (a retried start with the same
+A start waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow; it locks
+the flow's row FOR KEY SHARE (v0.20.0: the insert side of runs_flow_slug_fkey, which the schema leaves out).
+Errors: unknown flow -> runs_flow_slug_fkey (23503, the key's message and constraint name, nothing written); an existing run_id -> runs_pkey (a retried start with the same
 run_id therefore never creates a second run); NULL input without root maps -> not-null violation on runs.input.
 $doc$;
 -- end generated
@@ -4871,6 +5017,20 @@ begin
   -- could count no steps (compilation not yet visible) yet pass the foreign-key check (which reads the newest
   -- rows) and complete the run at once with output NULL.
   perform pg_advisory_xact_lock_shared(1, hashtext(lower(start_flows.flow_slug)));
+
+  -- The insert side of runs_flow_slug_fkey, which the schema leaves out (sql/core/0023_table_runs.sql): the flow's
+  -- row locked once per call (a concurrent delete waits for this transaction; under REPEATABLE READ a delete
+  -- committed after the snapshot is a serialization failure), and an unknown flow gets the key's error.
+  perform 1 from pgflow.flows as f where f.flow_slug = start_flows.flow_slug for key share;
+  if not found and start_flows.flow_slug is not null then
+    raise exception using
+      errcode = '23503',
+      message = 'insert or update on table "runs" violates foreign key constraint "runs_flow_slug_fkey"',
+      detail = format('Key (flow_slug)=(%s) is not present in table "flows".', start_flows.flow_slug),
+      schema = 'pgflow',
+      table = 'runs',
+      constraint = 'runs_flow_slug_fkey';
+  end if;
   if start_flows.run_ids is not null and cardinality(start_flows.run_ids) <> v_n then
     raise exception 'start_flows: % run_ids given for % inputs', cardinality(start_flows.run_ids), v_n;
   end if;
@@ -5030,7 +5190,9 @@ transaction). It guarantees:
     names both lengths; an existing or repeated run id fails the whole call (runs_pkey), an unknown flow fails
     it with runs_flow_slug_fkey, a NULL input of a flow without root maps with the not-null violation on
     runs.input - the call is atomic: all runs start or none;
-  * waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow;
+  * waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow; locks the
+    flow's row FOR KEY SHARE once per call (v0.20.0: the insert side of runs_flow_slug_fkey, which the schema
+    leaves out; an unknown flow raises that key's 23503 error before anything is written);
   * returns the run rows as they are at the end, in the order of inputs; NULL or empty inputs start nothing.
 $doc$;
 -- end generated
