@@ -25,23 +25,9 @@ declare
 begin
   -- Shares the flow's compilation lock (create_flow, ensure_flow_compiled and delete_flow_and_data hold it
   -- exclusively): a start waits for a compilation in progress and then reads the whole flow. Without it a start
-  -- could count no steps (compilation not yet visible) yet pass the foreign-key check (which reads the newest
-  -- rows) and complete the run at once with output NULL.
+  -- could count no steps (compilation not yet visible) yet find the flow's row (pgflow._lock_flow_for_start
+  -- reads the newest rows) and complete the run at once with output NULL.
   perform pg_advisory_xact_lock_shared(1, hashtext(lower(start_flow.flow_slug)));
-
-  -- The insert side of runs_flow_slug_fkey, which the schema leaves out (sql/core/0023_table_runs.sql): the flow's
-  -- row locked once per call (a concurrent delete waits for this transaction; under REPEATABLE READ a delete
-  -- committed after the snapshot is a serialization failure), and an unknown flow gets the key's error.
-  perform 1 from pgflow.flows as f where f.flow_slug = start_flow.flow_slug for key share;
-  if not found and start_flow.flow_slug is not null then
-    raise exception using
-      errcode = '23503',
-      message = 'insert or update on table "runs" violates foreign key constraint "runs_flow_slug_fkey"',
-      detail = format('Key (flow_slug)=(%s) is not present in table "flows".', start_flow.flow_slug),
-      schema = 'pgflow',
-      table = 'runs',
-      constraint = 'runs_flow_slug_fkey';
-  end if;
 
   select count(*), count(*) filter (where s.step_type = 'map' and s.deps_count = 0),
          coalesce(bool_or(s.required_input_pattern is not null or s.forbidden_input_pattern is not null), false)
@@ -57,6 +43,8 @@ begin
                                                     array[start_flow.run_id]) as r;
     return;
   end if;
+
+  perform pgflow._lock_flow_for_start(start_flow.flow_slug);
 
   if v_root_maps > 0 then
     if start_flow.input is null then

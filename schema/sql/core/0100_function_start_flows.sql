@@ -37,23 +37,11 @@ begin
 
   -- Shares the flow's compilation lock (create_flow, ensure_flow_compiled and delete_flow_and_data hold it
   -- exclusively): a start waits for a compilation in progress and then reads the whole flow. Without it a start
-  -- could count no steps (compilation not yet visible) yet pass the foreign-key check (which reads the newest
-  -- rows) and complete the run at once with output NULL.
+  -- could count no steps (compilation not yet visible) yet find the flow's row (pgflow._lock_flow_for_start
+  -- reads the newest rows) and complete the run at once with output NULL.
   perform pg_advisory_xact_lock_shared(1, hashtext(lower(start_flows.flow_slug)));
 
-  -- The insert side of runs_flow_slug_fkey, which the schema leaves out (sql/core/0023_table_runs.sql): the flow's
-  -- row locked once per call (a concurrent delete waits for this transaction; under REPEATABLE READ a delete
-  -- committed after the snapshot is a serialization failure), and an unknown flow gets the key's error.
-  perform 1 from pgflow.flows as f where f.flow_slug = start_flows.flow_slug for key share;
-  if not found and start_flows.flow_slug is not null then
-    raise exception using
-      errcode = '23503',
-      message = 'insert or update on table "runs" violates foreign key constraint "runs_flow_slug_fkey"',
-      detail = format('Key (flow_slug)=(%s) is not present in table "flows".', start_flows.flow_slug),
-      schema = 'pgflow',
-      table = 'runs',
-      constraint = 'runs_flow_slug_fkey';
-  end if;
+  perform pgflow._lock_flow_for_start(start_flows.flow_slug);
   if start_flows.run_ids is not null and cardinality(start_flows.run_ids) <> v_n then
     raise exception 'start_flows: % run_ids given for % inputs', cardinality(start_flows.run_ids), v_n;
   end if;

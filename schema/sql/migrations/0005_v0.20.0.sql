@@ -763,6 +763,39 @@ check them with their own errors.
 $doc$;
 -- end generated
 
+-- generated from sql/core: 0095_function__lock_flow_for_start.sql
+-- pgflow._lock_flow_for_start: the insert side of runs_flow_slug_fkey, which the schema leaves out (see
+-- sql/core/0023_table_runs.sql), done once per start call instead of once per inserted row.
+create or replace function pgflow._lock_flow_for_start(flow_slug text)
+returns void
+language plpgsql
+volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform 1 from pgflow.flows as f where f.flow_slug = _lock_flow_for_start.flow_slug for key share;
+  if not found and _lock_flow_for_start.flow_slug is not null then
+    raise exception using
+      errcode = '23503',
+      message = 'insert or update on table "runs" violates foreign key constraint "runs_flow_slug_fkey"',
+      detail = format('Key (flow_slug)=(%s) is not present in table "flows".', _lock_flow_for_start.flow_slug),
+      schema = 'pgflow',
+      table = 'runs',
+      constraint = 'runs_flow_slug_fkey';
+  end if;
+end;
+$$;
+
+comment on function pgflow._lock_flow_for_start(flow_slug text) is $doc$
+pgflow._lock_flow_for_start(flow_slug) guarantees (v0.20.0; called by start_flow and start_flows after they take
+the shared flow lock, before they write): the flow's row is locked FOR KEY SHARE until the end of the transaction,
+so a concurrent delete of it waits (pgflow._guard_definition_keys then sees the new runs), and under REPEATABLE
+READ a flow deleted after the snapshot makes the call fail to serialise (40001). An unknown flow raises what
+runs_flow_slug_fkey raised: 23503, 'insert or update on table "runs" violates foreign key constraint
+"runs_flow_slug_fkey"', detail 'Key (flow_slug)=(<slug>) is not present in table "flows".', schema pgflow, table
+runs, constraint runs_flow_slug_fkey. A NULL slug does nothing (the insert's not-null violation reports it).
+$doc$;
+-- end generated
 -- generated from sql/core: 0095_function__guard_definition_keys.sql
 -- pgflow._guard_definition_keys: the delete side of the three foreign keys from the runtime tables to the
 -- definitions that v0.20.0 left out (runs_flow_slug_fkey, step_states_flow_slug_step_slug_fkey,
@@ -4864,23 +4897,9 @@ declare
 begin
   -- Shares the flow's compilation lock (create_flow, ensure_flow_compiled and delete_flow_and_data hold it
   -- exclusively): a start waits for a compilation in progress and then reads the whole flow. Without it a start
-  -- could count no steps (compilation not yet visible) yet pass the foreign-key check (which reads the newest
-  -- rows) and complete the run at once with output NULL.
+  -- could count no steps (compilation not yet visible) yet find the flow's row (pgflow._lock_flow_for_start
+  -- reads the newest rows) and complete the run at once with output NULL.
   perform pg_advisory_xact_lock_shared(1, hashtext(lower(start_flow.flow_slug)));
-
-  -- The insert side of runs_flow_slug_fkey, which the schema leaves out (sql/core/0023_table_runs.sql): the flow's
-  -- row locked once per call (a concurrent delete waits for this transaction; under REPEATABLE READ a delete
-  -- committed after the snapshot is a serialization failure), and an unknown flow gets the key's error.
-  perform 1 from pgflow.flows as f where f.flow_slug = start_flow.flow_slug for key share;
-  if not found and start_flow.flow_slug is not null then
-    raise exception using
-      errcode = '23503',
-      message = 'insert or update on table "runs" violates foreign key constraint "runs_flow_slug_fkey"',
-      detail = format('Key (flow_slug)=(%s) is not present in table "flows".', start_flow.flow_slug),
-      schema = 'pgflow',
-      table = 'runs',
-      constraint = 'runs_flow_slug_fkey';
-  end if;
 
   select count(*), count(*) filter (where s.step_type = 'map' and s.deps_count = 0),
          coalesce(bool_or(s.required_input_pattern is not null or s.forbidden_input_pattern is not null), false)
@@ -4896,6 +4915,8 @@ begin
                                                     array[start_flow.run_id]) as r;
     return;
   end if;
+
+  perform pgflow._lock_flow_for_start(start_flow.flow_slug);
 
   if v_root_maps > 0 then
     if start_flow.input is null then
@@ -5014,23 +5035,11 @@ begin
 
   -- Shares the flow's compilation lock (create_flow, ensure_flow_compiled and delete_flow_and_data hold it
   -- exclusively): a start waits for a compilation in progress and then reads the whole flow. Without it a start
-  -- could count no steps (compilation not yet visible) yet pass the foreign-key check (which reads the newest
-  -- rows) and complete the run at once with output NULL.
+  -- could count no steps (compilation not yet visible) yet find the flow's row (pgflow._lock_flow_for_start
+  -- reads the newest rows) and complete the run at once with output NULL.
   perform pg_advisory_xact_lock_shared(1, hashtext(lower(start_flows.flow_slug)));
 
-  -- The insert side of runs_flow_slug_fkey, which the schema leaves out (sql/core/0023_table_runs.sql): the flow's
-  -- row locked once per call (a concurrent delete waits for this transaction; under REPEATABLE READ a delete
-  -- committed after the snapshot is a serialization failure), and an unknown flow gets the key's error.
-  perform 1 from pgflow.flows as f where f.flow_slug = start_flows.flow_slug for key share;
-  if not found and start_flows.flow_slug is not null then
-    raise exception using
-      errcode = '23503',
-      message = 'insert or update on table "runs" violates foreign key constraint "runs_flow_slug_fkey"',
-      detail = format('Key (flow_slug)=(%s) is not present in table "flows".', start_flows.flow_slug),
-      schema = 'pgflow',
-      table = 'runs',
-      constraint = 'runs_flow_slug_fkey';
-  end if;
+  perform pgflow._lock_flow_for_start(start_flows.flow_slug);
   if start_flows.run_ids is not null and cardinality(start_flows.run_ids) <> v_n then
     raise exception 'start_flows: % run_ids given for % inputs', cardinality(start_flows.run_ids), v_n;
   end if;
