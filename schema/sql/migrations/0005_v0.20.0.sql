@@ -816,23 +816,24 @@ security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-  v_flow text;
-  v_step text;
+  v_flow        text;
+  v_step        text;
+  v_referencing text;
 begin
   if tg_level = 'STATEMENT' then
     -- After a truncate of flows or steps: the runtime rows must have gone in the same statement.
     if tg_table_name = 'flows' and exists (select 1 from pgflow.runs) then
-      v_step := 'runs';
+      v_referencing := 'runs';
     elsif tg_table_name = 'steps' and exists (select 1 from pgflow.step_states) then
-      v_step := 'step_states';
+      v_referencing := 'step_states';
     else
       return null;
     end if;
     raise exception using
       errcode = '0A000',
       message = 'cannot truncate a table referenced in a foreign key constraint',
-      detail = format('Table "%s" references "%s".', v_step, tg_table_name),
-      hint = format('Truncate table "%s" at the same time.', v_step);
+      detail = format('Table "%s" references "%s".', v_referencing, tg_table_name),
+      hint = format('Truncate table "%s" at the same time.', v_referencing);
   end if;
 
   v_flow := old.flow_slug;
