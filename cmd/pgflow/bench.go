@@ -119,7 +119,7 @@ See docs/performance.md for the method.`,
 	f.StringVar(&cfg.Mode, "mode", bench.ModeBurnDown, "burn-down, continuous, growth or scale-out")
 	f.IntVar(&cfg.Runs, "runs", bench.DefaultRuns, "runs per scenario in burn-down mode and for the start scenario")
 	f.DurationVar(&cfg.Duration, "duration", bench.DefaultDuration, "measured time per scenario in continuous mode")
-	f.DurationVar(&cfg.Warmup, "warmup", bench.DefaultWarmup, "warm-up excluded at the start of a continuous scenario")
+	f.DurationVar(&cfg.Warmup, "warmup", bench.DefaultWarmup, "warm-up excluded at the start of a continuous scenario and of the latency scenario (its runs reported apart)")
 	f.IntVar(&cfg.Workers, "workers", bench.DefaultWorkers, "number of Go workers (each with its own connection pool)")
 	f.IntVar(&cfg.MaxConcurrent, "max-concurrent", bench.DefaultMaxConcurrent, "handlers running at once per worker (WorkerConfig.MaxConcurrent)")
 	f.IntVar(&cfg.BatchSize, "batch-size", bench.DefaultBatchSize, "messages read per poll (WorkerConfig.BatchSize)")
@@ -129,7 +129,7 @@ See docs/performance.md for the method.`,
 		"define the benchmark's flows with pgflow.DeleteTaskMessages (messages deleted at the claim, not archived)")
 	f.IntVar(&cfg.Starters, "starters", bench.DefaultStarters, "clients starting runs at the same time in the start scenario")
 	f.Float64Var(&cfg.Rate, "rate", bench.DefaultRate, "arrival rate of the latency scenario, runs per second")
-	f.DurationVar(&cfg.LatencyDuration, "latency-duration", bench.DefaultLatencyDuration, "length of the latency scenario")
+	f.DurationVar(&cfg.LatencyDuration, "latency-duration", bench.DefaultLatencyDuration, "length of the latency scenario after its warm-up (--warmup): the runs whose latencies are reported")
 	f.Float64Var(&cfg.RateOfOneStep, "rate-of-one-step", 0,
 		"latency scenario's rate as a fraction of the one-step scenario's tasks/s in the same run (0.5: half the one-step throughput; replaces --rate)")
 	f.DurationVar(&cfg.BaselineDuration, "baseline-duration", bench.DefaultBaselineDuration, "measured time of the baseline loop")

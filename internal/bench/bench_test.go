@@ -101,6 +101,12 @@ func checkReport(t *testing.T, cfg Config, rep *Report) {
 			require.LessOrEqual(t, r.LatencyP95Ms, r.LatencyP99Ms, "%s", r.Scenario)
 			require.InDelta(t, r.TasksPerSec/b.CommitsPerSec, r.Ratios.TasksPerSec, 1e-9)
 			require.InDelta(t, r.CommitsPer/b.CommitsPerTx, r.Ratios.Commits, 1e-9)
+			if r.Scenario == ScenarioLatency && r.WarmUp != nil {
+				warmUp := int(r.WarmUp.Seconds * cfg.Rate)
+				require.Equal(t, warmUp, r.WarmUp.Runs, "the runs that arrived during the warm-up")
+				require.Equal(t, warmUp+max(1, int(cfg.Rate*cfg.LatencyDuration.Seconds())), r.Runs, "warm-up and measured runs")
+				require.LessOrEqual(t, r.WarmUp.LatencyP50Ms, r.WarmUp.LatencyP99Ms)
+			}
 			if r.Scenario == ScenarioDelayed {
 				// Figures, not limits: how late delayed work starts depends on the machine.
 				require.Positive(t, r.DelayedStartP50Ms, "a start delay's due time precedes its claim")
@@ -190,10 +196,37 @@ func TestBenchLatencyAtAFractionOfOneStep(t *testing.T) {
 	rate := max(1, math.Round(0.01*oneStep.TasksPerSec))
 	require.Equal(t, fmt.Sprintf("%g runs/s", rate), latency.Mode)
 	require.Equal(t, fmt.Sprintf("0.01 × one-step's %.0f tasks/s", oneStep.TasksPerSec), latency.RateBasis)
-	require.Equal(t, max(1, int(rate*cfg.LatencyDuration.Seconds())), latency.Runs)
+	require.Equal(t, int(rate*cfg.Warmup.Seconds())+max(1, int(rate*cfg.LatencyDuration.Seconds())), latency.Runs,
+		"the warm-up's runs and the measured ones")
 	var text bytes.Buffer
 	require.NoError(t, rep.WriteTable(&text))
 	require.Contains(t, text.String(), latency.RateBasis)
+}
+
+// TestLatencyBookKeepsTheWarmUpApart: a run's latency is paired whichever of its start's return and its event
+// comes first, and goes to the warm-up's list or the measured one by its arrival, not by when it was paired.
+func TestLatencyBookKeepsTheWarmUpApart(t *testing.T) {
+	t.Parallel()
+	b := newLatencyBook()
+	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	b.started("warm-first", arrival{at: t0, warmUp: true})
+	b.completed("measured-early", t0.Add(9*time.Millisecond)) // its event before its start returned
+	b.completed("warm-first", t0.Add(500*time.Millisecond))
+	b.started("measured-early", arrival{at: t0.Add(time.Millisecond)})
+	b.started("measured", arrival{at: t0.Add(2 * time.Millisecond)})
+	b.completed("warm-late", t0.Add(700*time.Millisecond))
+	require.Equal(t, 2, b.count(), "two runs paired so far")
+	b.started("warm-late", arrival{at: t0.Add(100 * time.Millisecond), warmUp: true})
+	b.completed("measured", t0.Add(7*time.Millisecond))
+	require.Equal(t, []time.Duration{8 * time.Millisecond, 5 * time.Millisecond}, b.lat)
+	require.Equal(t, []time.Duration{500 * time.Millisecond, 600 * time.Millisecond}, b.warm)
+	require.Equal(t, 4, b.count())
+	require.Empty(t, b.arrived)
+	require.Empty(t, b.early)
+
+	w := warmUpOf(2*time.Second, b.warm)
+	require.Equal(t, &WarmUp{Seconds: 2, Runs: 2, LatencyP50Ms: 500, LatencyP99Ms: 600}, w)
+	require.Equal(t, &WarmUp{Seconds: 0}, warmUpOf(0, nil), "no warm-up: nothing to report")
 }
 
 func TestPercentileAndRates(t *testing.T) {
@@ -265,7 +298,7 @@ func TestOfferArrivalsDoesNotWaitForSlowStarts(t *testing.T) {
 	all := make(chan struct{})
 	go func() { arrived.Wait(); close(all) }()
 	var progressed []int
-	done, _, err := offerArrivals(ctx, n, 1e6, func(ctx context.Context, _ time.Time) error {
+	done, _, err := offerArrivals(ctx, n, 1e6, func(ctx context.Context, _ int, _ time.Time) error {
 		arrived.Done()
 		select {
 		case <-all:

@@ -58,7 +58,8 @@ type Config struct {
 	Runs int
 	// Duration is the measured time per throughput scenario in continuous mode, after Warmup.
 	Duration time.Duration
-	// Warmup is the time excluded at the beginning of a continuous scenario.
+	// Warmup is the time excluded at the beginning of a continuous scenario, and the latency scenario's warm-up:
+	// runs that arrive during it are started at the same rate, but their latencies are reported apart.
 	Warmup time.Duration
 	// Workers is the number of Go workers (each a pgflow.Worker with its own pool) working a scenario.
 	Workers int

@@ -51,6 +51,9 @@ func summarize(c Config) ConfigSummary {
 		BatchSize: c.BatchSize, PoolSize: c.PoolSize, StartBatch: c.StartBatch, Starters: c.Starters, Rate: c.Rate,
 		DeleteMessages:  c.DeleteMessages,
 		BaselineSeconds: c.BaselineDuration.Seconds(), ThrowawayCluster: c.DatabaseURL == ""}
+	if c.Mode == ModeBurnDown && slices.Contains(c.Scenarios, ScenarioLatency) {
+		s.WarmupSeconds = c.Warmup.Seconds()
+	}
 	switch c.Mode {
 	case ModeContinuous:
 		s.DurationSeconds, s.WarmupSeconds = c.Duration.Seconds(), c.Warmup.Seconds()
@@ -92,6 +95,9 @@ type Result struct {
 	ArrivalRate float64 `json:"arrival_rate,omitempty"`
 	// RateBasis says how the latency scenario's rate was chosen when Config.RateOfOneStep set it.
 	RateBasis string `json:"latency_rate_basis,omitempty"`
+	// WarmUp is the latency scenario's cold start: the runs that arrived during Config.Warmup, left out of the
+	// latency percentiles above (nil when the client could not pair every run with its event).
+	WarmUp *WarmUp `json:"warm_up,omitempty"`
 
 	CostPer        string  `json:"cost_per,omitempty"` // "task" or "run"
 	CommitsPer     float64 `json:"commits_per"`
@@ -162,6 +168,23 @@ func (r *Result) setTotals(d delta, n int) {
 	r.WorkerCPUMicrosPer = float64(d.selfCPU.Microseconds()) / float64(n)
 }
 
+// WarmUp is what the latency scenario's warm-up runs saw.
+type WarmUp struct {
+	Seconds      float64 `json:"seconds"`
+	Runs         int     `json:"runs"`
+	LatencyP50Ms float64 `json:"latency_p50_ms"`
+	LatencyP99Ms float64 `json:"latency_p99_ms"`
+}
+
+func warmUpOf(d time.Duration, lat []time.Duration) *WarmUp {
+	w := &WarmUp{Seconds: d.Seconds(), Runs: len(lat)}
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		w.LatencyP50Ms, w.LatencyP99Ms = ms(percentile(lat, 50)), ms(percentile(lat, 99))
+	}
+	return w
+}
+
 func (r *Result) setLatency(lat []time.Duration, source string) {
 	if len(lat) == 0 {
 		return
@@ -226,6 +249,8 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		c.Mode, c.Runs, c.Workers, c.MaxConcurrent, c.BatchSize, c.PoolSize, c.StartBatch, c.Starters)
 	if c.Mode == ModeContinuous {
 		fmt.Fprintf(w, " duration=%gs warmup=%gs", c.DurationSeconds, c.WarmupSeconds)
+	} else if c.WarmupSeconds > 0 {
+		fmt.Fprintf(w, " latency_warmup=%gs", c.WarmupSeconds)
 	}
 	if c.DeleteMessages {
 		fmt.Fprint(w, " messages=deleted at the claim (DeleteTaskMessages)")
@@ -268,8 +293,13 @@ func (rep *Report) WriteTable(w io.Writer) error {
 			if r.RateBasis != "" {
 				asked += ": " + r.RateBasis
 			}
-			notes = append(notes, fmt.Sprintf("%s: latency measured by the %s; arrivals achieved %.0f runs/s (%s asked, %d starters)",
-				r.Scenario, r.LatencySource, r.ArrivalRate, asked, r.Starters))
+			note := fmt.Sprintf("%s: latency measured by the %s; arrivals achieved %.0f runs/s (%s asked, %d starters)",
+				r.Scenario, r.LatencySource, r.ArrivalRate, asked, r.Starters)
+			if w := r.WarmUp; w != nil && w.Runs > 0 {
+				note += fmt.Sprintf("; not counted: the %gs warm-up's %d runs, p50 %.1f ms, p99 %.1f ms", w.Seconds, w.Runs,
+					w.LatencyP50Ms, w.LatencyP99Ms)
+			}
+			notes = append(notes, note)
 		}
 	}
 	for _, n := range append(notes, rep.Warnings...) {
