@@ -187,6 +187,65 @@ func TestStartFlowWithStatesAndGetRunWithStates(t *testing.T) {
 	require.Equal(t, 2, defs)
 }
 
+// TestStartFlowsWithStatesReturnsWhatGetRunWithStatesReads: start_flows_with_states builds its documents in one
+// statement, not through get_run_with_states; each must still be exactly what get_run_with_states reads of that
+// run at the end of the call, in the order of the inputs: a run still going, one a root map over an empty array
+// has completed at once (step and run finished during the start), and a flow without steps.
+func TestStartFlowsWithStatesReturnsWhatGetRunWithStatesReads(t *testing.T) {
+	t.Parallel()
+	db := newDB(t).Pool
+	fx.SetupFlow(t, db, "two_roots")
+	fx.Exec(t, db, "select pgflow.create_flow('only_map')")
+	fx.Exec(t, db, "select pgflow.add_step('only_map', 'items', step_type => 'map')")
+	fx.Exec(t, db, "select pgflow.create_flow('nosteps')")
+
+	for _, c := range []struct {
+		flow   string
+		inputs []string
+		status []string
+	}{
+		{"two_roots", []string{`{"i": 1}`, `{"i": 2}`, `{"i": 3}`}, []string{"started", "started", "started"}},
+		{"only_map", []string{`[1, 2]`, `[]`, `[3]`}, []string{"started", "completed", "started"}},
+		{"nosteps", []string{`{"i": 1}`, `{"i": 2}`}, []string{"completed", "completed"}},
+	} {
+		var docs []string
+		rows, err := db.Query(fx.Ctx(t), `select s::text from pgflow.start_flows_with_states($1, $2::jsonb[]) as s`,
+			c.flow, c.inputs)
+		require.NoError(t, err)
+		for rows.Next() {
+			var d string
+			require.NoError(t, rows.Scan(&d))
+			docs = append(docs, d)
+		}
+		require.NoError(t, rows.Err())
+		require.Len(t, docs, len(c.inputs), c.flow)
+		for i, d := range docs {
+			var doc struct {
+				Run struct {
+					RunID  string          `json:"run_id"`
+					Input  json.RawMessage `json:"input"`
+					Status string          `json:"status"`
+				} `json:"run"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(d), &doc))
+			require.JSONEq(t, c.inputs[i], string(doc.Run.Input), "%s: document %d belongs to input %d", c.flow, i, i)
+			require.Equal(t, c.status[i], doc.Run.Status, "%s: run %d as it is at the end of the call", c.flow, i)
+			again := fx.Val[string](t, db, "select pgflow.get_run_with_states($1)::text", doc.Run.RunID)
+			require.Equal(t, again, d, "%s: document %d is get_run_with_states' of its run", c.flow, i)
+		}
+	}
+}
+
+func TestStartFlowsWithStatesIsOneTransaction(t *testing.T) {
+	t.Parallel()
+	db := newDB(t).Pool
+	fx.Exec(t, db, "select pgflow.create_flow('only_map')")
+	fx.Exec(t, db, "select pgflow.add_step('only_map', 'items', step_type => 'map')")
+	_, err := db.Exec(fx.Ctx(t), `select pgflow.start_flows_with_states('only_map', array['[1]', '{"not": "an array"}']::jsonb[])`)
+	require.Error(t, err, "a root map step's input must be an array")
+	require.Equal(t, 0, fx.Val[int](t, db, "select count(*)::int from pgflow.runs"), "no run of the call stays")
+}
+
 func TestStartFlowStartsRootsAndSendsMessages(t *testing.T) {
 	t.Parallel()
 	db := newDB(t).Pool
