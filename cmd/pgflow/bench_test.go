@@ -17,7 +17,7 @@ func TestBenchJSONReportAddsUp(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	args := append([]string{"--database-url", db.URL}, benchTinyArgs...)
-	args = append(args, "--scenarios", "start,a,b,latency", "--json")
+	args = append(args, "--scenarios", "start,a,b,latency", "--warmup", "200ms", "--json")
 	rep := decodeJSON[bench.Report](t, mustCLI(t, args...))
 
 	require.Positive(t, rep.Baseline.CommitsPerSec)
@@ -38,7 +38,11 @@ func TestBenchJSONReportAddsUp(t *testing.T) {
 		require.InDelta(t, r.TasksPerSec/rep.Baseline.CommitsPerSec, r.Ratios.TasksPerSec, 1e-9, r.Scenario)
 	}
 	require.Equal(t, 30, rep.Results[1].Runs)
-	require.Equal(t, 12, rep.Results[3].Runs, "latency: rate × duration runs")
+	require.Equal(t, 0.2, rep.Config.WarmupSeconds, "--warmup is the latency scenario's warm-up too")
+	require.Equal(t, 8+12, rep.Results[3].Runs, "latency: rate × (warm-up + duration) runs")
+	if w := rep.Results[3].WarmUp; w != nil { // nil only when the client could not pair every run with its event
+		require.Equal(t, 8, w.Runs, "latency: the warm-up's runs are reported apart")
+	}
 }
 
 func TestBenchTableAndBadFlags(t *testing.T) {
