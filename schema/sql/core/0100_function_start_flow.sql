@@ -118,6 +118,7 @@ pgflow.start_flow(flow_slug, input, run_id) guarantees:
   * returns the run row as it is at the end ('started', 'completed' or 'failed').
 A start waits while the flow is being compiled or deleted (shared flow lock) and then sees the whole flow; it locks
 the flow's row FOR KEY SHARE (v0.20.0: the insert side of runs_flow_slug_fkey, which the schema leaves out).
-Errors: unknown flow -> runs_flow_slug_fkey (23503, the key's message and constraint name, nothing written); an existing run_id -> runs_pkey (a retried start with the same
-run_id therefore never creates a second run); NULL input without root maps -> not-null violation on runs.input.
+Errors: unknown flow -> runs_flow_slug_fkey (23503, the key's message and constraint name, nothing written); an
+existing run_id -> runs_pkey (a retried start with the same run_id therefore never creates a second run); NULL
+input without root maps -> not-null violation on runs.input.
 $doc$;
