@@ -439,3 +439,38 @@ func TestCompleteTasksConcurrentBatchesDoNotDeadlock(t *testing.T) {
 		require.Equal(t, `{"m": [1, 2, 3, 4]}`, r.Output)
 	}
 }
+
+// One call completes tasks of two queues (a step routed to a queue of its own): each message goes to its own
+// queue's archive, one pgmq.archive call per queue, and nothing is left in either queue.
+func TestCompleteTasksArchivesEachQueuesMessages(t *testing.T) {
+	t.Parallel()
+	db := newDB(t).Pool
+	fx.Exec(t, db, "select pgflow.create_flow('ctq')")
+	fx.Exec(t, db, "select pgflow.add_step('ctq', 'a')")
+	fx.Exec(t, db, "select pgflow.add_step('ctq', 'b')")
+	fx.RouteSteps(t, db, "ctq", "ctq_other", "b")
+	runs := []string{fx.StartFlow(t, db, "ctq", `{}`).RunID, fx.StartFlow(t, db, "ctq", `{}`).RunID}
+
+	tasks := append(fx.ReadAndStart(t, db, "ctq", 30, 10), fx.ReadAndStartFrom(t, db, "ctq", "ctq_other", 30, 10)...)
+	require.Len(t, tasks, 4)
+	var cs []completion
+	want := map[string][]int64{}
+	for _, task := range tasks {
+		cs = append(cs, completion{runID: task.RunID, step: task.StepSlug, index: task.TaskIndex, output: `{"ok": true}`})
+		queue := map[string]string{"a": "ctq", "b": "ctq_other"}[task.StepSlug]
+		want[queue] = append(want[queue], task.MsgID)
+	}
+	for _, s := range completeTasks(t, db, cs) {
+		require.Equal(t, "completed", s)
+	}
+	for queue, ids := range want {
+		archived := fx.Val[[]int64](t, db, fmt.Sprintf(
+			"select coalesce(array_agg(msg_id order by msg_id), '{}') from pgmq.a_%s where msg_id = any($1)", queue), ids)
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		require.Equal(t, ids, archived, "archive of queue %s", queue)
+		require.Zero(t, fx.Val[int](t, db, fmt.Sprintf("select count(*)::int from pgmq.q_%s", queue)), "queue %s", queue)
+	}
+	for _, id := range runs {
+		require.Equal(t, "completed", fx.GetRun(t, db, id).Status)
+	}
+}

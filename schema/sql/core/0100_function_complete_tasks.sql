@@ -53,6 +53,10 @@ declare
   v_done_runs  uuid[];
   v_done_flows text[];
   v_c_runs     uuid[];
+  v_dependents boolean;
+  v_msg_ids    bigint[];
+  v_msg_queues text[];
+  v_queue_count integer;
 begin
   if v_n <> coalesce(cardinality(complete_tasks.step_slugs), 0)
      or v_n <> coalesce(cardinality(complete_tasks.task_indexes), 0)
@@ -75,26 +79,33 @@ begin
   -- No statement joins step_states to steps by flow_slug either: with a generic plan's guess of a few rows, the
   -- planner reached the states through idx_step_states_flow_slug, reading every state of the flow for each
   -- completed task (135,000 rows per batch of 100 with 3,000 chain runs).
+  -- One statement takes the three sets of locks: the arms of a UNION ALL run one after the other, each to its end
+  -- (a statement of its own per set cost a statement's fixed cost twice more per call).
   perform
-    from (select distinct x.run_id from unnest(complete_tasks.run_ids) as x (run_id) order by x.run_id) as k
-    cross join lateral (select from pgflow.runs as r where r.run_id = k.run_id for update) as l;
-  perform
-    from (select distinct x.run_id, x.step_slug
-            from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) as x (run_id, step_slug)
-           order by x.run_id, x.step_slug) as k
-    cross join lateral (
-      select from pgflow.step_states as ss
-       where ss.run_id = k.run_id and ss.step_slug = k.step_slug
-         for update) as l;
-  perform
-    from (select distinct x.run_id, x.step_slug, x.task_index
-            from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes)
-                   as x (run_id, step_slug, task_index)
-           order by x.run_id, x.step_slug, x.task_index) as k
-    cross join lateral (
-      select from pgflow.step_tasks as t
-       where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
-         for update) as l;
+    from (
+      select 1
+        from (select distinct x.run_id from unnest(complete_tasks.run_ids) as x (run_id) order by x.run_id) as k
+        cross join lateral (select from pgflow.runs as r where r.run_id = k.run_id for update) as l
+      union all
+      select 1
+        from (select distinct x.run_id, x.step_slug
+                from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) as x (run_id, step_slug)
+               order by x.run_id, x.step_slug) as k
+        cross join lateral (
+          select from pgflow.step_states as ss
+           where ss.run_id = k.run_id and ss.step_slug = k.step_slug
+             for update) as l
+      union all
+      select 1
+        from (select distinct x.run_id, x.step_slug, x.task_index
+                from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes)
+                       as x (run_id, step_slug, task_index)
+               order by x.run_id, x.step_slug, x.task_index) as k
+        cross join lateral (
+          select from pgflow.step_tasks as t
+           where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
+             for update) as l
+    ) as locks;
 
   -- Sort out what cannot be recorded (unknown, duplicate, stale, no longer started) and split the rest into the
   -- plainly completable tasks and the others. A run with any task of the others has all its recordable tasks of
@@ -161,17 +172,25 @@ begin
     -- Event payloads (JSON) are built only for realtime.send; the notifications are made from the fields.
     v_realtime := pgflow._trusted_realtime_send() is not null;
 
-    -- The tasks.
-    update pgflow.step_tasks as t
-       set status = 'completed',
-           completed_at = now(),
-           output = x.output
-      from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes, complete_tasks.outputs)
-             with ordinality as x (run_id, step_slug, task_index, output, pos)
-     where x.pos = any (v_fast)
-       and t.run_id = x.run_id
-       and t.step_slug = x.step_slug
-       and t.task_index = x.task_index;
+    -- The tasks, and their messages for the archive below (sorted by id; v_msg_queues pairs each with its queue).
+    with updated as (
+      update pgflow.step_tasks as t
+         set status = 'completed',
+             completed_at = now(),
+             output = x.output
+        from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes, complete_tasks.outputs)
+               with ordinality as x (run_id, step_slug, task_index, output, pos)
+       where x.pos = any (v_fast)
+         and t.run_id = x.run_id
+         and t.step_slug = x.step_slug
+         and t.task_index = x.task_index
+      returning t.queue_name, t.message_id
+    )
+    select array_agg(u.message_id order by u.message_id) filter (where u.message_id is not null),
+           array_agg(u.queue_name order by u.message_id) filter (where u.message_id is not null),
+           count(distinct u.queue_name) filter (where u.message_id is not null)
+      into v_msg_ids, v_msg_queues, v_queue_count
+      from updated as u;
 
     -- Their step states: remaining_tasks drops by the tasks completed; a step whose last task completed becomes
     -- 'completed' in the same row version, with its output (single: the task's output; map: all task outputs as
@@ -206,7 +225,10 @@ begin
       returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.output, ss.completed_at,
                 (select s.step_index
                    from pgflow.steps as s
-                  where s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug) as step_index
+                  where s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug) as step_index,
+                exists (select 1
+                          from pgflow.deps as d
+                         where d.flow_slug = ss.flow_slug and d.dep_slug = ss.step_slug) as has_dependents
     )
     select array_agg(u.run_id order by u.run_id, u.step_index),
            array_agg(u.step_slug order by u.run_id, u.step_index),
@@ -219,8 +241,9 @@ begin
                        'step_slug', u.step_slug,
                        'status', u.status,
                        'output', u.output,
-                       'completed_at', u.completed_at) end order by u.run_id, u.step_index)
-      into v_c_runs, v_c_steps, v_c_flows, v_c_outputs, v_events
+                       'completed_at', u.completed_at) end order by u.run_id, u.step_index),
+           coalesce(bool_or(u.has_dependents), false)
+      into v_c_runs, v_c_steps, v_c_flows, v_c_outputs, v_events, v_dependents
       from updated as u
      where u.status = 'completed';
 
@@ -229,7 +252,9 @@ begin
       -- task count from its parent's array. A dependent that becomes ready with tasks to run becomes 'started' in
       -- the same row version (these flows have no conditions to resolve first); its messages, tasks and
       -- step:started event follow below, with the other steps that start. The dependents are locked first (key
-      -- order, as above).
+      -- order, as above). Completed leaf steps have none: then neither statement runs.
+      v_children := 0;
+      if v_dependents then
       select count(*)
         into v_children
         from (select distinct x.run_id, d.step_slug
@@ -243,7 +268,7 @@ begin
             select from pgflow.step_states as cs
              where cs.run_id = k.run_id and cs.step_slug = k.step_slug
                for update) as l;
-      -- Leaf steps have no dependents: nothing to update.
+      end if;
       if v_children > 0 then
         with upd as (
           update pgflow.step_states as cs
@@ -389,23 +414,19 @@ begin
       end if;
     end if;
 
-    -- The completed tasks' messages, one archive call per queue.
-    for v_queue in
-      select t.queue_name, array_agg(t.message_id order by t.message_id) as msg_ids
-        from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes)
-               with ordinality as x (run_id, step_slug, task_index, pos)
-        cross join lateral (
-          select t.queue_name, t.message_id
-            from pgflow.step_tasks as t
-           where t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
-           limit 1) as t
-       where x.pos = any (v_fast)
-         and t.message_id is not null
-       group by t.queue_name
-       order by t.queue_name
-    loop
-      perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
-    end loop;
+    -- The completed tasks' messages, one archive call per queue (in the order of the queues' names).
+    if v_queue_count = 1 then
+      perform pgmq.archive(v_msg_queues[1], v_msg_ids);
+    elsif v_queue_count > 1 then
+      for v_queue in
+        select m.queue_name, array_agg(m.message_id order by m.message_id) as msg_ids
+          from unnest(v_msg_queues, v_msg_ids) as m (queue_name, message_id)
+         group by m.queue_name
+         order by m.queue_name
+      loop
+        perform pgmq.archive(v_queue.queue_name, v_queue.msg_ids);
+      end loop;
+    end if;
 
     -- Only runs where a dependent became ready or a cascade ran can have steps to start. Without either, the only
     -- steps to start are the dependents the update above started, and their fields are at hand.
@@ -435,7 +456,17 @@ begin
                          end;
   end loop;
 
-  -- Every element reports its task's status as it is now.
+  -- Every element reports its task's status as it is now: when every element was recorded here, 'completed' (nothing
+  -- after the update above changes a completed task), without reading the tasks again.
+  if cardinality(v_fast) = v_n then
+    for v_pos in 1 .. v_n loop
+      task_position := v_pos;
+      task_status := 'completed';
+      outcome := 'recorded';
+      return next;
+    end loop;
+    return;
+  end if;
   return query
     select x.pos::integer, t.status, v_outcomes[x.pos]
       from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes)
