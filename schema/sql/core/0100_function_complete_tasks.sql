@@ -79,8 +79,8 @@ begin
   -- No statement joins step_states to steps by flow_slug either: with a generic plan's guess of a few rows, the
   -- planner reached the states through idx_step_states_flow_slug, reading every state of the flow for each
   -- completed task (135,000 rows per batch of 100 with 3,000 chain runs).
-  -- One statement takes the three sets of locks: the arms of a UNION ALL run one after the other, each to its end
-  -- (a statement of its own per set cost a statement's fixed cost twice more per call).
+  -- One statement takes the three sets of locks, in that order: the arms of a UNION ALL run one after the other,
+  -- each to its end (three statements paid a statement's fixed cost three times).
   perform
     from (
       select 1
@@ -186,8 +186,8 @@ begin
          and t.task_index = x.task_index
       returning t.queue_name, t.message_id
     )
-    select array_agg(u.message_id order by u.message_id) filter (where u.message_id is not null),
-           array_agg(u.queue_name order by u.message_id) filter (where u.message_id is not null),
+    select array_agg(u.message_id order by u.message_id, u.queue_name) filter (where u.message_id is not null),
+           array_agg(u.queue_name order by u.message_id, u.queue_name) filter (where u.message_id is not null),
            count(distinct u.queue_name) filter (where u.message_id is not null)
       into v_msg_ids, v_msg_queues, v_queue_count
       from updated as u;
@@ -255,19 +255,19 @@ begin
       -- order, as above). Completed leaf steps have none: then neither statement runs.
       v_children := 0;
       if v_dependents then
-      select count(*)
-        into v_children
-        from (select distinct x.run_id, d.step_slug
-                  from unnest(v_c_runs, v_c_steps, v_c_flows) as x (run_id, step_slug, flow_slug)
-                  cross join lateral (
-                    select d.step_slug from pgflow.deps as d
-                     where d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
-                    offset 0) as d  -- OFFSET keeps it a lookup per completed step
-                 order by x.run_id, d.step_slug) as k
-          cross join lateral (
-            select from pgflow.step_states as cs
-             where cs.run_id = k.run_id and cs.step_slug = k.step_slug
-               for update) as l;
+        select count(*)
+          into v_children
+          from (select distinct x.run_id, d.step_slug
+                    from unnest(v_c_runs, v_c_steps, v_c_flows) as x (run_id, step_slug, flow_slug)
+                    cross join lateral (
+                      select d.step_slug from pgflow.deps as d
+                       where d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
+                      offset 0) as d  -- OFFSET keeps it a lookup per completed step
+                   order by x.run_id, d.step_slug) as k
+            cross join lateral (
+              select from pgflow.step_states as cs
+               where cs.run_id = k.run_id and cs.step_slug = k.step_slug
+                 for update) as l;
       end if;
       if v_children > 0 then
         with upd as (
