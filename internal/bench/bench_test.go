@@ -201,6 +201,15 @@ func TestBenchLatencyAtAFractionOfOneStep(t *testing.T) {
 	var text bytes.Buffer
 	require.NoError(t, rep.WriteTable(&text))
 	require.Contains(t, text.String(), latency.RateBasis)
+
+	// The server runs on this machine here, so the CPU it and this process spent per run are measured, and the
+	// share of the machine they kept busy at the achieved rate is reported with them.
+	require.Positive(t, latency.ServerCPUMicrosPer)
+	require.Positive(t, latency.WorkerCPUMicrosPer)
+	require.InDelta(t, (latency.ServerCPUMicrosPer+latency.WorkerCPUMicrosPer)*latency.ArrivalRate/1e6/float64(rep.Machine.CPUs),
+		latency.CPUShare, 1e-9)
+	require.Contains(t, text.String(), fmt.Sprintf("CPU busy: %.0f%% of %d CPUs (server %.0f + this process %.0f µs per run)",
+		100*latency.CPUShare, rep.Machine.CPUs, latency.ServerCPUMicrosPer, latency.WorkerCPUMicrosPer))
 }
 
 // TestLatencyBookKeepsTheWarmUpApart: a run's latency is paired whichever of its start's return and its event

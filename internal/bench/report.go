@@ -95,6 +95,10 @@ type Result struct {
 	ArrivalRate float64 `json:"arrival_rate,omitempty"`
 	// RateBasis says how the latency scenario's rate was chosen when Config.RateOfOneStep set it.
 	RateBasis string `json:"latency_rate_basis,omitempty"`
+	// CPUShare is the share of this machine's CPUs the latency scenario kept busy, from 0 to 1: the server's and
+	// this process's CPU per run times ArrivalRate, over the machine's CPUs. Near 1 the machine is saturated and a
+	// run's latency is mostly waiting for a CPU. 0 when the server's CPU is not measured (it runs elsewhere).
+	CPUShare float64 `json:"cpu_share,omitempty"`
 	// WarmUp is the latency scenario's cold start: the runs that arrived during Config.Warmup, left out of the
 	// latency percentiles above (nil when the client could not pair every run with its event).
 	WarmUp *WarmUp `json:"warm_up,omitempty"`
@@ -295,6 +299,10 @@ func (rep *Report) WriteTable(w io.Writer) error {
 			}
 			note := fmt.Sprintf("%s: latency measured by the %s; arrivals achieved %.0f runs/s (%s asked, %d starters)",
 				r.Scenario, r.LatencySource, r.ArrivalRate, asked, r.Starters)
+			if r.CPUShare > 0 {
+				note += fmt.Sprintf("; CPU busy: %.0f%% of %d CPUs (server %.0f + this process %.0f µs per run)",
+					100*r.CPUShare, rep.Machine.CPUs, r.ServerCPUMicrosPer, r.WorkerCPUMicrosPer)
+			}
 			if w := r.WarmUp; w != nil && w.Runs > 0 {
 				note += fmt.Sprintf("; not counted: the %gs warm-up's %d runs, p50 %.1f ms, p99 %.1f ms", w.Seconds, w.Runs,
 					w.LatencyP50Ms, w.LatencyP99Ms)

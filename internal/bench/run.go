@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -848,6 +849,9 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 	book.mu.Unlock()
 	res.Seconds = cfg.LatencyDuration.Seconds()
 	res.setCost(cost)
+	if res.ServerCPUMicrosPer > 0 && res.ArrivalRate > 0 {
+		res.CPUShare = (res.ServerCPUMicrosPer + res.WorkerCPUMicrosPer) * res.ArrivalRate / 1e6 / float64(runtime.NumCPU())
+	}
 	return res, nil
 }
 
