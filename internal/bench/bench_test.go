@@ -208,7 +208,7 @@ func TestBenchLatencyAtAFractionOfOneStep(t *testing.T) {
 	require.Positive(t, latency.WorkerCPUMicrosPer)
 	require.InDelta(t, (latency.ServerCPUMicrosPer+latency.WorkerCPUMicrosPer)*latency.ArrivalRate/1e6/float64(rep.Machine.CPUs),
 		latency.CPUShare, 1e-9)
-	require.Contains(t, text.String(), fmt.Sprintf("CPU busy: %.0f%% of %d CPUs (server %.0f + this process %.0f µs per run)",
+	require.Contains(t, text.String(), fmt.Sprintf("the server and this process used %.0f%% of %d CPUs (%.0f + %.0f µs per run)",
 		100*latency.CPUShare, rep.Machine.CPUs, latency.ServerCPUMicrosPer, latency.WorkerCPUMicrosPer))
 }
 

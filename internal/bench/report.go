@@ -300,7 +300,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 			note := fmt.Sprintf("%s: latency measured by the %s; arrivals achieved %.0f runs/s (%s asked, %d starters)",
 				r.Scenario, r.LatencySource, r.ArrivalRate, asked, r.Starters)
 			if r.CPUShare > 0 {
-				note += fmt.Sprintf("; CPU busy: %.0f%% of %d CPUs (server %.0f + this process %.0f µs per run)",
+				note += fmt.Sprintf("; the server and this process used %.0f%% of %d CPUs (%.0f + %.0f µs per run)",
 					100*r.CPUShare, rep.Machine.CPUs, r.ServerCPUMicrosPer, r.WorkerCPUMicrosPer)
 			}
 			if w := r.WarmUp; w != nil && w.Runs > 0 {
