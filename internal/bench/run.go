@@ -856,9 +856,9 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 }
 
 // offerArrivals calls start n times at rate per second, each at its scheduled time (start i at i/rate after the
-// first, given i and that time) in a goroutine of its own (at most maxArrivalsInFlight at once): a slow start delays no other arrival.
-// It returns how many starts returned, the time from the first scheduled arrival to the last start's return, and
-// the first error (which stops further arrivals).
+// first, given i and that time) in a goroutine of its own (at most maxArrivalsInFlight at once): a slow start
+// delays no other arrival. It returns how many starts returned, the time from the first scheduled arrival to the
+// last start's return, and the first error (which stops further arrivals).
 func offerArrivals(ctx context.Context, n int, rate float64, start func(ctx context.Context, i int, at time.Time) error,
 	progress func(done int)) (int, time.Duration, error) {
 	ctx, cancel := context.WithCancel(ctx)
