@@ -225,10 +225,7 @@ begin
       returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.output, ss.completed_at,
                 (select s.step_index
                    from pgflow.steps as s
-                  where s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug) as step_index,
-                exists (select 1
-                          from pgflow.deps as d
-                         where d.flow_slug = ss.flow_slug and d.dep_slug = ss.step_slug) as has_dependents
+                  where s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug) as step_index
     )
     select array_agg(u.run_id order by u.run_id, u.step_index),
            array_agg(u.step_slug order by u.run_id, u.step_index),
@@ -242,7 +239,10 @@ begin
                        'status', u.status,
                        'output', u.output,
                        'completed_at', u.completed_at) end order by u.run_id, u.step_index),
-           coalesce(bool_or(u.has_dependents), false)
+           -- Whether any completed step has dependents (looked up for completed steps only).
+           coalesce(bool_or(exists (select 1
+                                      from pgflow.deps as d
+                                     where d.flow_slug = u.flow_slug and d.dep_slug = u.step_slug)), false)
       into v_c_runs, v_c_steps, v_c_flows, v_c_outputs, v_events, v_dependents
       from updated as u
      where u.status = 'completed';
