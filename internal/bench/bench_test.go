@@ -210,6 +210,45 @@ func TestBenchLatencyAtAFractionOfOneStep(t *testing.T) {
 		latency.CPUShare, 1e-9)
 	require.Contains(t, text.String(), fmt.Sprintf("the server and this process used %.0f%% of %d CPUs (%.0f + %.0f µs per run)",
 		100*latency.CPUShare, rep.Machine.CPUs, latency.ServerCPUMicrosPer, latency.WorkerCPUMicrosPer))
+
+	// On one clock the latency is split where the server's timestamps fall, for every measured run (the warm-up's
+	// left out). Each stage ends where the next begins, so none is negative, whatever the machine.
+	st := latency.Stages
+	require.NotNil(t, st, "the server is local: the stages are reported")
+	require.Equal(t, latency.Runs-latency.WarmUp.Runs, st.Runs, "every measured run, no warm-up run")
+	for name, p := range map[string]StagePercentiles{"to_start": st.ToStart, "to_claim": st.ToClaim,
+		"to_completion": st.ToCompletion, "to_event": st.ToEvent} {
+		require.GreaterOrEqual(t, p.P50Ms, 0.0, name)
+		require.LessOrEqual(t, p.P50Ms, p.P99Ms, name)
+	}
+	require.Contains(t, text.String(), fmt.Sprintf("where the time went, p50 / p99 ms of %d runs: arrival to start %.1f / %.1f",
+		st.Runs, st.ToStart.P50Ms, st.ToStart.P99Ms))
+}
+
+// TestStagesOfSplitsEachRunAtTheServersTimes: each run's four stages are cut at its own server times and add up
+// to its latency; runs the client or the server does not know are left out.
+func TestStagesOfSplitsEachRunAtTheServersTimes(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	ends := map[string]runEnds{
+		"a":           {arrived: at(0), completed: at(10)},  // 1 + 2 + 3 + 4
+		"b":           {arrived: at(5), completed: at(105)}, // 10 + 20 + 30 + 40
+		"client-only": {arrived: at(0), completed: at(1)},
+	}
+	server := []serverRunTimes{
+		{runID: "b", started: at(15), claimed: at(35), completed: at(65)},
+		{runID: "warm-up", started: at(0), claimed: at(1), completed: at(2)},
+		{runID: "a", started: at(1), claimed: at(3), completed: at(6)},
+	}
+	require.Equal(t, &LatencyStages{
+		Runs:         2,
+		ToStart:      StagePercentiles{P50Ms: 1, P99Ms: 10},
+		ToClaim:      StagePercentiles{P50Ms: 2, P99Ms: 20},
+		ToCompletion: StagePercentiles{P50Ms: 3, P99Ms: 30},
+		ToEvent:      StagePercentiles{P50Ms: 4, P99Ms: 40},
+	}, stagesOf(ends, server))
+	require.Nil(t, stagesOf(ends, server[1:2]), "no run on both sides")
 }
 
 // TestLatencyBookKeepsTheWarmUpApart: a run's latency is paired whichever of its start's return and its event
@@ -232,6 +271,10 @@ func TestLatencyBookKeepsTheWarmUpApart(t *testing.T) {
 	require.Equal(t, 4, b.count())
 	require.Empty(t, b.arrived)
 	require.Empty(t, b.early)
+	require.Equal(t, map[string]runEnds{
+		"measured-early": {arrived: t0.Add(time.Millisecond), completed: t0.Add(9 * time.Millisecond)},
+		"measured":       {arrived: t0.Add(2 * time.Millisecond), completed: t0.Add(7 * time.Millisecond)},
+	}, b.ends, "the measured runs' client-side times, for the stages")
 
 	w := warmUpOf(2*time.Second, b.warm)
 	require.Equal(t, &WarmUp{Seconds: 2, Runs: 2, LatencyP50Ms: 500, LatencyP99Ms: 600}, w)

@@ -102,6 +102,9 @@ type Result struct {
 	// WarmUp is the latency scenario's cold start: the runs that arrived during Config.Warmup, left out of the
 	// latency percentiles above (nil when the client could not pair every run with its event).
 	WarmUp *WarmUp `json:"warm_up,omitempty"`
+	// Stages splits the latency scenario's latency where the server's timestamps fall (nil when the server does
+	// not run on this machine, or the client could not pair every run with its event).
+	Stages *LatencyStages `json:"latency_stages,omitempty"`
 
 	CostPer        string  `json:"cost_per,omitempty"` // "task" or "run"
 	CommitsPer     float64 `json:"commits_per"`
@@ -308,6 +311,12 @@ func (rep *Report) WriteTable(w io.Writer) error {
 					w.LatencyP50Ms, w.LatencyP99Ms)
 			}
 			notes = append(notes, note)
+			if st := r.Stages; st != nil {
+				notes = append(notes, fmt.Sprintf("%s: where the time went, p50 / p99 ms of %d runs: arrival to start %.1f / %.1f, "+
+					"start to claim %.1f / %.1f, claim to completion %.1f / %.1f, completion to event %.1f / %.1f",
+					r.Scenario, st.Runs, st.ToStart.P50Ms, st.ToStart.P99Ms, st.ToClaim.P50Ms, st.ToClaim.P99Ms,
+					st.ToCompletion.P50Ms, st.ToCompletion.P99Ms, st.ToEvent.P50Ms, st.ToEvent.P99Ms))
+			}
 		}
 	}
 	for _, n := range append(notes, rep.Warnings...) {

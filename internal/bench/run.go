@@ -687,6 +687,12 @@ type latencyBook struct {
 	early   map[string]time.Time // run id -> completion seen, start call not returned yet
 	lat     []time.Duration      // runs that arrived after the warm-up
 	warm    []time.Duration      // runs that arrived during it
+	ends    map[string]runEnds   // runs that arrived after the warm-up: their client-side times, for the stages
+}
+
+// runEnds are a run's two client-side times: its scheduled arrival and the arrival of its run:completed event.
+type runEnds struct {
+	arrived, completed time.Time
 }
 
 type arrival struct {
@@ -695,7 +701,7 @@ type arrival struct {
 }
 
 func newLatencyBook() *latencyBook {
-	return &latencyBook{arrived: map[string]arrival{}, early: map[string]time.Time{}}
+	return &latencyBook{arrived: map[string]arrival{}, early: map[string]time.Time{}, ends: map[string]runEnds{}}
 }
 
 func (b *latencyBook) started(id string, a arrival) {
@@ -703,7 +709,7 @@ func (b *latencyBook) started(id string, a arrival) {
 	defer b.mu.Unlock()
 	if done, ok := b.early[id]; ok {
 		delete(b.early, id)
-		b.record(a, done)
+		b.record(id, a, done)
 		return
 	}
 	b.arrived[id] = a
@@ -714,17 +720,18 @@ func (b *latencyBook) completed(id string, at time.Time) {
 	defer b.mu.Unlock()
 	if a, ok := b.arrived[id]; ok {
 		delete(b.arrived, id)
-		b.record(a, at)
+		b.record(id, a, at)
 		return
 	}
 	b.early[id] = at
 }
 
-func (b *latencyBook) record(a arrival, done time.Time) {
+func (b *latencyBook) record(id string, a arrival, done time.Time) {
 	if a.warmUp {
 		b.warm = append(b.warm, done.Sub(a.at))
 	} else {
 		b.lat = append(b.lat, done.Sub(a.at))
+		b.ends[id] = runEnds{arrived: a.at, completed: done}
 	}
 }
 
@@ -843,6 +850,13 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 	if len(book.lat)+len(book.warm) == res.RunsCompleted && len(book.lat) > 0 {
 		res.setLatency(book.lat, "client (scheduled arrival to run:completed event)")
 		res.WarmUp = warmUpOf(cfg.Warmup, book.warm)
+		// The stages put the server's timestamps between the client's: only meaningful on one clock.
+		if e.postmaster != 0 {
+			if res.Stages, err = e.latencyStages(ctx, bf.slug, book.ends); err != nil {
+				book.mu.Unlock()
+				return nil, err
+			}
+		}
 	} else if res.LatencySource != "" {
 		res.LatencySource += ", warm-up included"
 	}
