@@ -847,20 +847,21 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 		time.Sleep(10 * time.Millisecond)
 	}
 	book.mu.Lock()
-	if len(book.lat)+len(book.warm) == res.RunsCompleted && len(book.lat) > 0 {
+	paired := len(book.lat)+len(book.warm) == res.RunsCompleted && len(book.lat) > 0
+	if paired {
 		res.setLatency(book.lat, "client (scheduled arrival to run:completed event)")
 		res.WarmUp = warmUpOf(cfg.Warmup, book.warm)
-		// The stages put the server's timestamps between the client's: only meaningful on one clock.
-		if e.postmaster != 0 {
-			if res.Stages, err = e.latencyStages(ctx, bf.slug, book.ends); err != nil {
-				book.mu.Unlock()
-				return nil, err
-			}
-		}
 	} else if res.LatencySource != "" {
 		res.LatencySource += ", warm-up included"
 	}
+	ends := book.ends // every run is paired: no event writes to it any more
 	book.mu.Unlock()
+	// The stages put the server's timestamps between the client's: only meaningful on one clock.
+	if paired && e.postmaster != 0 {
+		if res.Stages, err = e.latencyStages(ctx, bf.slug, ends); err != nil {
+			return nil, err
+		}
+	}
 	res.Seconds = cfg.LatencyDuration.Seconds()
 	res.setCost(cost)
 	if res.ServerCPUMicrosPer > 0 && res.ArrivalRate > 0 {
