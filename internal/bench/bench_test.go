@@ -231,7 +231,7 @@ func TestStagesOfSplitsEachRunAtTheServersTimes(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	ends := map[string]runEnds{
+	ends := map[string]clientRunTimes{
 		"a":           {arrived: at(0), completed: at(10)},  // 1 + 2 + 3 + 4
 		"b":           {arrived: at(5), completed: at(105)}, // 10 + 20 + 30 + 40
 		"client-only": {arrived: at(0), completed: at(1)},
@@ -271,7 +271,7 @@ func TestLatencyBookKeepsTheWarmUpApart(t *testing.T) {
 	require.Equal(t, 4, b.count())
 	require.Empty(t, b.arrived)
 	require.Empty(t, b.early)
-	require.Equal(t, map[string]runEnds{
+	require.Equal(t, map[string]clientRunTimes{
 		"measured-early": {arrived: t0.Add(time.Millisecond), completed: t0.Add(9 * time.Millisecond)},
 		"measured":       {arrived: t0.Add(2 * time.Millisecond), completed: t0.Add(7 * time.Millisecond)},
 	}, b.ends, "the measured runs' client-side times, for the stages")

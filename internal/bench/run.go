@@ -683,15 +683,15 @@ const maxArrivalsInFlight = 10000
 // during the warm-up are paired too, but their latencies are kept apart (warm), out of the reported percentiles.
 type latencyBook struct {
 	mu      sync.Mutex
-	arrived map[string]arrival   // run id -> scheduled arrival, completion not seen yet
-	early   map[string]time.Time // run id -> completion seen, start call not returned yet
-	lat     []time.Duration      // runs that arrived after the warm-up
-	warm    []time.Duration      // runs that arrived during it
-	ends    map[string]runEnds   // runs that arrived after the warm-up: their client-side times, for the stages
+	arrived map[string]arrival        // run id -> scheduled arrival, completion not seen yet
+	early   map[string]time.Time      // run id -> completion seen, start call not returned yet
+	lat     []time.Duration           // runs that arrived after the warm-up
+	warm    []time.Duration           // runs that arrived during it
+	ends    map[string]clientRunTimes // runs that arrived after the warm-up: their client-side times, for the stages
 }
 
-// runEnds are a run's two client-side times: its scheduled arrival and the arrival of its run:completed event.
-type runEnds struct {
+// clientRunTimes are a run's two client-side times: its scheduled arrival and the arrival of its run:completed event.
+type clientRunTimes struct {
 	arrived, completed time.Time
 }
 
@@ -701,7 +701,7 @@ type arrival struct {
 }
 
 func newLatencyBook() *latencyBook {
-	return &latencyBook{arrived: map[string]arrival{}, early: map[string]time.Time{}, ends: map[string]runEnds{}}
+	return &latencyBook{arrived: map[string]arrival{}, early: map[string]time.Time{}, ends: map[string]clientRunTimes{}}
 }
 
 func (b *latencyBook) started(id string, a arrival) {
@@ -731,7 +731,7 @@ func (b *latencyBook) record(id string, a arrival, done time.Time) {
 		b.warm = append(b.warm, done.Sub(a.at))
 	} else {
 		b.lat = append(b.lat, done.Sub(a.at))
-		b.ends[id] = runEnds{arrived: a.at, completed: done}
+		b.ends[id] = clientRunTimes{arrived: a.at, completed: done}
 	}
 }
 

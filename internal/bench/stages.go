@@ -50,7 +50,7 @@ type serverRunTimes struct {
 
 // latencyStages reads the server's timestamps of the latency scenario's runs (their one task's claim and
 // completion) and splits the latencies of the runs in ends at them (stagesOf).
-func (e *env) latencyStages(ctx context.Context, slug string, ends map[string]runEnds) (*LatencyStages, error) {
+func (e *env) latencyStages(ctx context.Context, slug string, ends map[string]clientRunTimes) (*LatencyStages, error) {
 	rows, err := e.mon.Query(ctx, `select r.run_id::text, r.started_at, t.started_at, t.completed_at
 		from pgflow.runs as r
 		join pgflow.step_tasks as t on t.run_id = r.run_id
@@ -71,7 +71,7 @@ func (e *env) latencyStages(ctx context.Context, slug string, ends map[string]ru
 
 // stagesOf splits the latency of every run in ends that server has times for; runs on one side only are left
 // out (the warm-up's, a run the client did not pair). Nil when no run is on both.
-func stagesOf(ends map[string]runEnds, server []serverRunTimes) *LatencyStages {
+func stagesOf(ends map[string]clientRunTimes, server []serverRunTimes) *LatencyStages {
 	var toStart, toClaim, toCompletion, toEvent []time.Duration
 	for _, s := range server {
 		c, ok := ends[s.runID]
