@@ -96,6 +96,13 @@ type Poller struct {
 	starved atomic.Bool
 	// passing tracks pass-on notifications in flight; Run waits for them before it returns.
 	passing sync.WaitGroup
+
+	// Reservations for tasks claimed by starts (reserve.go): open while Run reads; reserved counts those not
+	// ended yet; calls is Run's context of calls.
+	resMu    sync.Mutex
+	open     bool
+	reserved sync.WaitGroup
+	calls    context.Context
 }
 
 // New returns a Poller.
@@ -108,6 +115,7 @@ func (p *Poller) Run(stop, calls context.Context) {
 	// act on any more then goes to the others, and Run waits for the pass-ons in flight.
 	var relays sync.WaitGroup
 	defer p.passing.Wait()
+	defer p.openReservations(calls)() // before the pass-ons: a delivery may pass one on
 	defer p.passOnIfOwed(calls)
 	defer relays.Wait()
 	if p.cfg.Wake != nil {
@@ -116,7 +124,6 @@ func (p *Poller) Run(stop, calls context.Context) {
 	if p.cfg.Own != nil {
 		relays.Go(func() { p.relay(stop, calls, p.cfg.Own, true) })
 	}
-	settled := p.settled
 	failures := 0
 	backlog := false // the last read returned as many messages as it asked for
 	for stop.Err() == nil {
@@ -125,7 +132,7 @@ func (p *Poller) Run(stop, calls context.Context) {
 			return
 		}
 		start := time.Now()
-		read, tasks, err := p.poll(stop, calls, n)
+		read, tasks, listened, err := p.poll(stop, calls, n)
 		if err != nil {
 			p.release(n)
 			if stop.Err() != nil {
@@ -144,19 +151,26 @@ func (p *Poller) Run(stop, calls context.Context) {
 		backlog = read == n
 		p.cfg.Observer.Polled(p.cfg.Flow, p.cfg.Queue, p.cfg.WorkerID, start, read, len(tasks), nil)
 		p.release(n - len(tasks))
-		for i := range tasks {
-			t := &tasks[i] // not copied again: the task's goroutine reads it from the claimed batch
-			p.cfg.Observer.TaskClaimed(t.Meta())
-			p.cfg.Tasks.start()
-			// The task's own goroutine runs its handler; settled frees its slot once its outcome is known.
-			go p.cfg.Executor.Start(t, settled)
-		}
+		p.startTasks(tasks)
 		// A read that found fewer messages than it could take left nothing visible: what arrives later announces
 		// itself (and a notification that came during the read ends the wait at once), so wait for news instead
-		// of reading again at once only to find nothing (one empty read per run at low load).
-		if read > 0 && read < n && p.listening() {
+		// of reading again at once only to find nothing (one empty read per run at low load). The slots are
+		// free while it waits: for the worker's other queues, and for the starts that claim for this worker
+		// (reserve.go).
+		if listened && read < n {
 			p.waitForWake(stop)
 		}
+	}
+}
+
+// startTasks starts the executor for each claimed task, each holding one of the slots taken for it.
+func (p *Poller) startTasks(tasks []executor.Task) {
+	for i := range tasks {
+		t := &tasks[i] // not copied again: the task's goroutine reads it from the claimed batch
+		p.cfg.Observer.TaskClaimed(t.Meta())
+		p.cfg.Tasks.start()
+		// The task's own goroutine runs its handler; settled frees its slot once its outcome is known.
+		go p.cfg.Executor.Start(t, p.settled)
 	}
 }
 
@@ -275,17 +289,12 @@ func (p *Poller) listening() bool {
 
 // poll reads up to n messages and claims their tasks; it returns how many messages it read. A listening poller
 // reads and claims in one call (pgflow.read_and_start_tasks: one round trip, one row version per message), which
-// never waits, and when the queue has nothing visible it waits for a notification, the time of the earliest
-// announced delayed message, or ListenPollInterval (MaxPollWait if shorter) (waitForWake in wake.go) and returns
-// nothing, so the caller polls again at once. Otherwise
-// it waits inside pgmq.read_with_poll. After stop ended, read messages are not claimed: they become visible again
-// after the visibility timeout and another worker takes them.
-func (p *Poller) poll(stop, calls context.Context, n int) (read int, tasks []executor.Task, err error) {
-	var msgs []sqlapi.Message
-	if !p.listening() {
-		msgs, err = sqlapi.ReadWithPoll(stop, p.cfg.DB, sqlapi.ReadParams{Queue: p.cfg.Queue, VisibilitySeconds: p.cfg.VisibilitySeconds,
-			Qty: n, MaxPollSeconds: p.cfg.MaxPollSeconds, PollIntervalMs: p.cfg.PollIntervalMs})
-	} else {
+// never waits (listened is true: when the read comes back short, Run waits for a notification, the time of the
+// earliest announced delayed message, or ListenPollInterval (MaxPollWait if shorter), see waitForWake in wake.go).
+// Otherwise it waits inside pgmq.read_with_poll. After stop ended, read messages are not claimed: they become
+// visible again after the visibility timeout and another worker takes them.
+func (p *Poller) poll(stop, calls context.Context, n int) (read int, tasks []executor.Task, listened bool, err error) {
+	if p.listening() {
 		p.clearWake()
 		woken := p.woken
 		p.woken = false
@@ -294,17 +303,16 @@ func (p *Poller) poll(stop, calls context.Context, n int) (read int, tasks []exe
 			// Woken alone and the read came back full: more may wait than this worker can take now.
 			p.passOn(calls)
 		}
-		if err == nil && read == 0 {
-			p.waitForWake(stop)
-		}
-		return read, tasks, err
+		return read, tasks, true, err
 	}
+	msgs, err := sqlapi.ReadWithPoll(stop, p.cfg.DB, sqlapi.ReadParams{Queue: p.cfg.Queue, VisibilitySeconds: p.cfg.VisibilitySeconds,
+		Qty: n, MaxPollSeconds: p.cfg.MaxPollSeconds, PollIntervalMs: p.cfg.PollIntervalMs})
 	if err != nil || len(msgs) == 0 || stop.Err() != nil {
-		return len(msgs), nil, err
+		return len(msgs), nil, false, err
 	}
 	ids := make([]int64, len(msgs))
 	for i, m := range msgs {
 		ids[i] = m.ID
 	}
-	return len(msgs), p.cfg.Claimer.Claim(stop, calls, ids), nil
+	return len(msgs), p.cfg.Claimer.Claim(stop, calls, ids), false, nil
 }
