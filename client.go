@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,7 +18,6 @@ import (
 	"github.com/pgflow-go/pgflow/internal/coalesce"
 	"github.com/pgflow-go/pgflow/internal/notify"
 	"github.com/pgflow-go/pgflow/internal/pgerr"
-	"github.com/pgflow-go/pgflow/internal/poller"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
 )
 
@@ -47,11 +45,6 @@ type Client struct {
 	// start_flows_with_states call; startsOff is set once the role turned out not to be allowed to call it.
 	starts    *coalesce.Group[json.RawMessage, *sqlapi.RunWithStates]
 	startsOff atomic.Bool
-
-	// eager holds, per flow slug, the pollers of running workers built on this Client with EagerStarts, whose
-	// slots a coalesced start may reserve to claim the started tasks in its own transaction (startBatch).
-	eagerMu sync.Mutex
-	eager   map[string][]*poller.Poller
 }
 
 // ClientConfig configures a Client. The zero value of every field means its documented default.
@@ -307,60 +300,10 @@ const maxCoalescedStarts = 100
 // transaction):
 // under load, runs arriving while a start is in flight share the next one, and with it its commit and its
 // round trip, instead of queueing one transaction each.
-//
-// When a worker built on this Client serves the flow with EagerStarts and has free slots, the same transaction
-// claims tasks of the flow's queue for it (sqlapi.StartFlowsWithStatesAndClaim), which it runs once the start
-// returns.
 func (c *Client) startBatch(ctx context.Context, flowSlug string, inputs []json.RawMessage) ([]*sqlapi.RunWithStates, error) {
-	r := c.reserveEager(flowSlug, len(inputs))
-	if r == nil {
-		runs, notes, err := sqlapi.StartFlowsWithStatesDeferred(ctx, c.pool, flowSlug, inputs)
-		c.sendNotifications(ctx, notes) // owed even when reading the started runs failed after the commit
-		return runs, err
-	}
-	claim := r.Claim()
-	claimedAt := time.Now()
-	runs, notes, got, err := sqlapi.StartFlowsWithStatesAndClaim(ctx, c.pool, flowSlug, inputs, &claim)
-	c.sendNotifications(ctx, notes)
-	if err != nil {
-		// Whether it committed is not known for every error: nothing is run here. A claim that did commit is
-		// recovered like the claim of a worker that died (its message becomes visible again after the task's
-		// timeout), so no task is lost, and none runs twice.
-		r.Cancel()
-		return runs, err
-	}
-	r.Deliver(got, claimedAt)
-	return runs, nil
-}
-
-// reserveEager reserves up to n free slots of a running EagerStarts worker of flowSlug built on this Client (the
-// first that has any), or returns nil.
-func (c *Client) reserveEager(flowSlug string, n int) *poller.Reservation {
-	c.eagerMu.Lock()
-	ps := c.eager[flowSlug]
-	c.eagerMu.Unlock()
-	for _, p := range ps {
-		if r := p.Reserve(n); r != nil {
-			return r
-		}
-	}
-	return nil
-}
-
-// registerEager makes p's free slots available to this Client's starts of flowSlug until the returned function
-// is called.
-func (c *Client) registerEager(flowSlug string, p *poller.Poller) (unregister func()) {
-	c.eagerMu.Lock()
-	defer c.eagerMu.Unlock()
-	if c.eager == nil {
-		c.eager = map[string][]*poller.Poller{}
-	}
-	c.eager[flowSlug] = append(c.eager[flowSlug], p)
-	return func() {
-		c.eagerMu.Lock()
-		defer c.eagerMu.Unlock()
-		c.eager[flowSlug] = slices.DeleteFunc(c.eager[flowSlug], func(q *poller.Poller) bool { return q == p })
-	}
+	runs, notes, err := sqlapi.StartFlowsWithStatesDeferred(ctx, c.pool, flowSlug, inputs)
+	c.sendNotifications(ctx, notes) // owed even when reading the started runs failed after the commit
+	return runs, err
 }
 
 // batchRolledBack reports whether a coalesced start failed in a way that certainly rolled it back: the server

@@ -422,12 +422,7 @@ func (w *Worker) launch(ctx context.Context) {
 					WorkerID: q.workerID, Logger: log, Retry: w.retry}),
 				Executor: exec, Tasks: tasks, Observer: obs, Logger: log, Retry: w.retry,
 			})
-			if w.cfg.EagerStarts && f.def.QueueMode != queueModeStep {
-				unregister := w.client.registerEager(f.def.Slug, p)
-				pollers.Go(func() { defer unregister(); p.Run(loop, calls) })
-			} else {
-				pollers.Go(func() { p.Run(loop, calls) })
-			}
+			pollers.Go(func() { p.Run(loop, calls) })
 		}
 	}
 

@@ -64,15 +64,6 @@ type WorkerConfig struct {
 	// pooler in transaction mode (notifications are not delivered there; without PollOnly such a worker still
 	// works, reading every 2 s) or when the extra connection is not affordable. See docs/performance.md.
 	PollOnly bool
-	// EagerStarts lets the worker take the runs its own Client starts. When StartRun or StartRunJSON (outside a
-	// transaction and without a RunID: the starts the Client groups into one call) starts runs of a flow this
-	// worker serves on the flow's one queue, the start's transaction also claims tasks of that queue for this
-	// worker, up to its handler slots free at that moment, and the worker runs them when the start returns: they
-	// skip the queue's notification, the wake of a poller and a claim call of their own (one transaction and one
-	// hop less between a start and its first task). What it cannot take stays in the queue for every worker, as
-	// without it. Off by default: with it, the process that starts runs also runs them while it has free slots,
-	// even when other workers are idle. Flows with per-step queues (QueuePerStep) are not claimed this way.
-	EagerStarts bool
 	// Logger receives the worker's logs: one line when it starts and stops, warnings and errors as they happen,
 	// per-task detail at debug level. Default: slog.Default().
 	Logger *slog.Logger

@@ -127,8 +127,6 @@ See docs/performance.md for the method.`,
 	f.IntVar(&cfg.StartBatch, "start-batch", bench.DefaultStartBatch, "runs started per call")
 	f.BoolVar(&cfg.DeleteMessages, "delete-messages", false,
 		"define the benchmark's flows with pgflow.DeleteTaskMessages (messages deleted at the claim, not archived)")
-	f.BoolVar(&cfg.EagerStarts, "eager-starts", false,
-		"latency scenario: start its runs through the workers' own clients with WorkerConfig.EagerStarts (the start claims their tasks)")
 	f.IntVar(&cfg.Starters, "starters", bench.DefaultStarters, "clients starting runs at the same time in the start scenario")
 	f.Float64Var(&cfg.Rate, "rate", bench.DefaultRate, "arrival rate of the latency scenario, runs per second")
 	f.DurationVar(&cfg.LatencyDuration, "latency-duration", bench.DefaultLatencyDuration, "length of the latency scenario after its warm-up (--warmup): the runs whose latencies are reported")

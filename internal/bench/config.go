@@ -76,9 +76,6 @@ type Config struct {
 	// DeleteMessages defines the benchmark's flows with pgflow.DeleteTaskMessages: a task's message is deleted at
 	// its claim instead of archived when the task finishes.
 	DeleteMessages bool
-	// EagerStarts runs the latency scenario with pgflow.WorkerConfig.EagerStarts: its runs are started through the
-	// workers' own Clients (in turn), whose starts claim their tasks for the worker in the start's transaction.
-	EagerStarts bool
 	// Rate is the arrival rate of the latency scenario in runs per second; LatencyDuration its length.
 	Rate            float64
 	LatencyDuration time.Duration

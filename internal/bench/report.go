@@ -39,7 +39,6 @@ type ConfigSummary struct {
 	Starters         int      `json:"starters"`
 	Rate             float64  `json:"latency_rate"`
 	DeleteMessages   bool     `json:"delete_messages"`
-	EagerStarts      bool     `json:"eager_starts,omitempty"`
 	GrowthSizes      []int    `json:"growth_sizes,omitempty"`
 	Backlog          int      `json:"backlog,omitempty"`
 	ScaleWorkers     []int    `json:"scale_workers,omitempty"`
@@ -50,7 +49,7 @@ type ConfigSummary struct {
 func summarize(c Config) ConfigSummary {
 	s := ConfigSummary{Mode: c.Mode, Scenarios: c.Scenarios, Runs: c.Runs, Workers: c.Workers, MaxConcurrent: c.MaxConcurrent,
 		BatchSize: c.BatchSize, PoolSize: c.PoolSize, StartBatch: c.StartBatch, Starters: c.Starters, Rate: c.Rate,
-		DeleteMessages: c.DeleteMessages, EagerStarts: c.EagerStarts,
+		DeleteMessages:  c.DeleteMessages,
 		BaselineSeconds: c.BaselineDuration.Seconds(), ThrowawayCluster: c.DatabaseURL == ""}
 	if c.Mode == ModeBurnDown && slices.Contains(c.Scenarios, ScenarioLatency) {
 		s.WarmupSeconds = c.Warmup.Seconds()
@@ -262,9 +261,6 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	}
 	if c.DeleteMessages {
 		fmt.Fprint(w, " messages=deleted at the claim (DeleteTaskMessages)")
-	}
-	if c.EagerStarts {
-		fmt.Fprint(w, " latency_starts=eager (through the workers' clients, WorkerConfig.EagerStarts)")
 	}
 	fmt.Fprintln(w)
 	b := rep.Baseline

@@ -801,9 +801,7 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 	defer func() { stopListen(); <-listenDone }()
 
 	cost, err := e.measureCost(ctx, func() error {
-		wcfg := workerConfig(cfg)
-		wcfg.EagerStarts = cfg.EagerStarts
-		ws, err := e.startWorkers(ctx, cfg, ScenarioLatency, cfg.Workers, wcfg)
+		ws, err := e.startWorkers(ctx, cfg, ScenarioLatency, cfg.Workers, workerConfig(cfg))
 		if err != nil {
 			return err
 		}
@@ -819,13 +817,8 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 			return errors.Join(err, ws.stop())
 		}
 		defer client.Close()
-		clientOf := func(int) *pgflow.Client { return client }
-		if cfg.EagerStarts {
-			// The workers' own clients start the runs, in turn: a co-located application's starts.
-			clientOf = func(i int) *pgflow.Client { return ws.clients[i%len(ws.clients)] }
-		}
 		arrivals, elapsed, loopErr := offerArrivals(ctx, n, cfg.Rate, func(ctx context.Context, i int, at time.Time) error {
-			run, err := clientOf(i).StartRunJSON(ctx, bf.slug, bf.input, nil)
+			run, err := client.StartRunJSON(ctx, bf.slug, bf.input, nil)
 			if err != nil {
 				return fmt.Errorf("start a run: %w", err)
 			}

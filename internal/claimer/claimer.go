@@ -82,21 +82,14 @@ func (c *Claimer) ReadAndClaim(stop, calls context.Context, n, vtSeconds int) (r
 	if err != nil {
 		return 0, nil, err
 	}
-	return read, c.Tasks(calls, claimed, unclaimed, claimedAt), nil
-}
-
-// Tasks makes executor tasks of tasks claimed for this claimer's queue and worker row (by ReadAndClaim, or by a
-// start that claimed in its own transaction, see sqlapi.StartClaim), claimed at or after claimedAt, and explains
-// in the log the messages read but not claimed (unclaimed).
-func (c *Claimer) Tasks(ctx context.Context, claimed []sqlapi.ClaimedTask, unclaimed []int64, claimedAt time.Time) []executor.Task {
 	if len(unclaimed) > 0 {
-		c.explain(ctx, unclaimed)
+		c.explain(calls, unclaimed)
 	}
 	out := make([]executor.Task, len(claimed))
 	for i, t := range claimed {
 		out[i] = executor.Task{ClaimedTask: t, QueueName: c.cfg.Queue, WorkerID: c.cfg.WorkerID, ClaimedAt: claimedAt}
 	}
-	return out
+	return read, out, nil
 }
 
 // explainUnclaimed logs why messages of a batch were not claimed. A message with no matching task, or whose

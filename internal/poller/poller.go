@@ -96,13 +96,6 @@ type Poller struct {
 	starved atomic.Bool
 	// passing tracks pass-on notifications in flight; Run waits for them before it returns.
 	passing sync.WaitGroup
-
-	// Reservations for tasks claimed by starts (reserve.go): open while Run reads; reserved counts those not
-	// ended yet; calls is Run's context of calls.
-	resMu    sync.Mutex
-	open     bool
-	reserved sync.WaitGroup
-	calls    context.Context
 }
 
 // New returns a Poller.
@@ -115,7 +108,6 @@ func (p *Poller) Run(stop, calls context.Context) {
 	// act on any more then goes to the others, and Run waits for the pass-ons in flight.
 	var relays sync.WaitGroup
 	defer p.passing.Wait()
-	defer p.openReservations(calls)() // before the pass-ons: a delivery may pass one on
 	defer p.passOnIfOwed(calls)
 	defer relays.Wait()
 	if p.cfg.Wake != nil {
@@ -155,8 +147,7 @@ func (p *Poller) Run(stop, calls context.Context) {
 		// A read that found fewer messages than it could take left nothing visible: what arrives later announces
 		// itself (and a notification that came during the read ends the wait at once), so wait for news instead
 		// of reading again at once only to find nothing (one empty read per run at low load). The slots are
-		// free while it waits: for the worker's other queues, and for the starts that claim for this worker
-		// (reserve.go).
+		// free while it waits: the worker's other queues share them.
 		if listened && read < n {
 			p.waitForWake(stop)
 		}

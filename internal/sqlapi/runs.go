@@ -474,75 +474,33 @@ const startFlowsWithStatesSQL = `select s from pgflow.start_flows_with_states(fl
 // (start_flows: one transaction) and returns each run as StartFlowWithStates returns it (the run and its step
 // states at the end of the start), in input order. Notifications are deferred as in StartFlowsDeferred.
 func StartFlowsWithStatesDeferred(ctx context.Context, db Batcher, flowSlug string, inputs []json.RawMessage) ([]*RunWithStates, Notifications, error) {
-	runs, notes, _, err := StartFlowsWithStatesAndClaim(ctx, db, flowSlug, inputs, nil)
-	return runs, notes, err
-}
-
-// StartClaim asks a start to claim, in its own transaction, tasks of a queue for a worker: what
-// ReadAndStartTasks(Queue, WorkerID, Qty, VisibilitySeconds) would claim right after the start's commit, the
-// start's own messages first in line (message ids grow).
-type StartClaim struct {
-	Queue, WorkerID        string
-	Qty, VisibilitySeconds int
-}
-
-// StartClaimed is what a start's claim took: the claimed tasks, the messages read but not claimed and how many
-// messages it read, as ReadAndStartTasks returns them.
-type StartClaimed struct {
-	Tasks     []ClaimedTask
-	Unclaimed []int64
-	Read      int
-}
-
-// StartFlowsWithStatesAndClaim is StartFlowsWithStatesDeferred that, when claim is not nil, also claims up to
-// claim.Qty tasks of claim.Queue for claim.WorkerID in the same transaction, after the starts (so it sees their
-// messages), with pgflow.read_and_start_tasks. With a claim the notifications are always deferred, whatever the
-// number of runs: the caller decides which it still needs to send (a read that came back short left nothing
-// visible to wake a worker for). All or nothing: on an error no run was started and nothing was claimed.
-func StartFlowsWithStatesAndClaim(ctx context.Context, db Batcher, flowSlug string, inputs []json.RawMessage, claim *StartClaim) (
-	[]*RunWithStates, Notifications, StartClaimed, error) {
-	var got StartClaimed
 	if len(inputs) == 0 {
-		return nil, "", got, nil
+		return nil, "", nil
 	}
 	ins, _ := startFlowsArgs(inputs, nil)
 	var raws [][]byte
-	deferBelow := len(inputs)
-	if claim != nil {
-		deferBelow = 0 // always deferred
-	}
-	pending, err := deferNotifications(ctx, db, deferBelow, func(b *pgx.Batch) {
+	pending, err := deferNotifications(ctx, db, len(inputs), func(b *pgx.Batch) {
 		b.Queue(startFlowsWithStatesSQL, flowSlug, ins).Query(func(rows pgx.Rows) (err error) {
 			raws, err = pgx.CollectRows(rows, pgx.RowTo[[]byte])
 			return err
 		})
-		if claim != nil {
-			b.Queue(readAndStartTasksSQL, flowSlug, claim.Queue, uuidArg(claim.WorkerID), claim.Qty, claim.VisibilitySeconds).
-				Query(func(rows pgx.Rows) (err error) {
-					got.Tasks, got.Unclaimed, got.Read, err = scanReadAndStartTasks(rows)
-					if err != nil {
-						err = readAndStartTasksError(flowSlug, claim.Queue, claim.WorkerID, claim.Qty, claim.VisibilitySeconds, err)
-					}
-					return err
-				})
-		}
 	})
 	if err != nil {
-		return nil, "", StartClaimed{}, fmt.Errorf("pgflow.start_flows(flow %q, %d runs): %w", flowSlug, len(inputs), err)
+		return nil, "", fmt.Errorf("pgflow.start_flows(flow %q, %d runs): %w", flowSlug, len(inputs), err)
 	}
 	if len(raws) != len(inputs) {
-		return nil, pending, got, fmt.Errorf("pgflow.start_flows(flow %q, %d runs) returned %d runs", flowSlug, len(inputs), len(raws))
+		return nil, pending, fmt.Errorf("pgflow.start_flows(flow %q, %d runs) returned %d runs", flowSlug, len(inputs), len(raws))
 	}
 	runs := make([]*RunWithStates, len(raws))
 	for i, raw := range raws {
 		if raw == nil {
-			return nil, pending, got, fmt.Errorf("pgflow.start_flows(flow %q): run %d of %d not found after its start", flowSlug, i+1, len(raws))
+			return nil, pending, fmt.Errorf("pgflow.start_flows(flow %q): run %d of %d not found after its start", flowSlug, i+1, len(raws))
 		}
 		if runs[i], err = decodeRunWithStates(raw); err != nil {
-			return nil, pending, got, err
+			return nil, pending, err
 		}
 	}
-	return runs, pending, got, nil
+	return runs, pending, nil
 }
 
 // StartFlows starts one run of flowSlug per input with pgflow.start_flows (one transaction, one round trip) and

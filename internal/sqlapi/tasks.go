@@ -216,53 +216,42 @@ func StartTasks(ctx context.Context, db Batcher, flowSlug, queue string, msgIDs 
 // message id order; claimed tasks are ordered by message id. read is the number of messages read.
 func ReadAndStartTasks(ctx context.Context, db DBTX, flowSlug, queue, workerID string, qty, vtSeconds int) (
 	claimed []ClaimedTask, unclaimed []int64, read int, err error) {
-	rows, err := db.Query(ctx, readAndStartTasksSQL, flowSlug, queue, uuidArg(workerID), qty, vtSeconds)
-	if err == nil {
-		claimed, unclaimed, read, err = scanReadAndStartTasks(rows)
-	}
-	if err != nil {
-		return nil, nil, 0, readAndStartTasksError(flowSlug, queue, workerID, qty, vtSeconds, err)
-	}
-	return claimed, unclaimed, read, nil
-}
-
-const readAndStartTasksSQL = `
+	rows, err := db.Query(ctx, `
 		select r.msg_id, r.claimed, r.flow_slug, r.run_id::text, r.step_slug, r.input, r.task_index, r.flow_input,
 		       r.attempt, r.timeout, r.max_attempts
 		  from pgflow.read_and_start_tasks(flow_slug => $1::text, queue_name => $2::text, worker_id => $3::uuid,
-		                                   qty => $4::integer, vt => $5::integer) as r`
-
-func readAndStartTasksError(flowSlug, queue, workerID string, qty, vtSeconds int, err error) error {
-	return fmt.Errorf("pgflow.read_and_start_tasks(flow %q, queue %q, qty %d, vt %d, worker %s): %w",
-		flowSlug, queue, qty, vtSeconds, workerID, err)
-}
-
-// scanReadAndStartTasks reads the rows of readAndStartTasksSQL (and closes them).
-func scanReadAndStartTasks(rows pgx.Rows) (claimed []ClaimedTask, unclaimed []int64, read int, err error) {
-	var c ClaimedTask
-	var ok bool
-	// Scanned without pointers to pointers (pgx allocates each through reflection) and with the slugs,
-	// which a batch repeats, made strings once per call: a claim is on every task's path.
-	var flow, step pgtype.DriverBytes
-	var run pgtype.Text
-	var index, attempt, timeout, maxAttempts pgtype.Int4
-	var slugs interner
-	_, err = pgx.ForEachRow(rows, []any{&c.MsgID, &ok, &flow, &run, &step, &c.Input, &index, &c.FlowInput,
-		&attempt, &timeout, &maxAttempts}, func() error {
-		read++
-		if !ok {
-			unclaimed = append(unclaimed, c.MsgID)
+		                                   qty => $4::integer, vt => $5::integer) as r`,
+		flowSlug, queue, uuidArg(workerID), qty, vtSeconds)
+	if err == nil {
+		var c ClaimedTask
+		var ok bool
+		// Scanned without pointers to pointers (pgx allocates each through reflection) and with the slugs,
+		// which a batch repeats, made strings once per call: a claim is on every task's path.
+		var flow, step pgtype.DriverBytes
+		var run pgtype.Text
+		var index, attempt, timeout, maxAttempts pgtype.Int4
+		var slugs interner
+		_, err = pgx.ForEachRow(rows, []any{&c.MsgID, &ok, &flow, &run, &step, &c.Input, &index, &c.FlowInput,
+			&attempt, &timeout, &maxAttempts}, func() error {
+			read++
+			if !ok {
+				unclaimed = append(unclaimed, c.MsgID)
+				return nil
+			}
+			t := c
+			t.FlowSlug, t.RunID, t.StepSlug = slugs.str(flow), run.String, slugs.str(step)
+			t.TaskIndex, t.Attempt, t.TimeoutSeconds, t.MaxAttempts = int(index.Int32), int(attempt.Int32), int(timeout.Int32),
+				int(maxAttempts.Int32)
+			claimed = append(claimed, t)
+			c.Input, c.FlowInput = nil, nil // the next row's scan must not write into the slices just stored
 			return nil
-		}
-		t := c
-		t.FlowSlug, t.RunID, t.StepSlug = slugs.str(flow), run.String, slugs.str(step)
-		t.TaskIndex, t.Attempt, t.TimeoutSeconds, t.MaxAttempts = int(index.Int32), int(attempt.Int32), int(timeout.Int32),
-			int(maxAttempts.Int32)
-		claimed = append(claimed, t)
-		c.Input, c.FlowInput = nil, nil // the next row's scan must not write into the slices just stored
-		return nil
-	})
-	return claimed, unclaimed, read, err
+		})
+	}
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("pgflow.read_and_start_tasks(flow %q, queue %q, qty %d, vt %d, worker %s): %w",
+			flowSlug, queue, qty, vtSeconds, workerID, err)
+	}
+	return claimed, unclaimed, read, nil
 }
 
 // interner makes strings of the bytes of a text column, each distinct value once: the values a batch of rows

@@ -1,0 +1,95 @@
+package poller
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgflow-go/pgflow/internal/claimer"
+	"github.com/pgflow-go/pgflow/internal/completer"
+	"github.com/pgflow-go/pgflow/internal/executor"
+	"github.com/pgflow-go/pgflow/internal/notify"
+	"github.com/pgflow-go/pgflow/internal/pgtest"
+	"github.com/pgflow-go/pgflow/internal/sqlapi"
+	"github.com/pgflow-go/pgflow/internal/taskrun"
+	"github.com/pgflow-go/pgflow/internal/testutil"
+)
+
+// Two queues of one worker share its handler slots (here one). A poller that found its queue empty waits for a
+// notification without holding any slot: the other queue's poller can read and claim meanwhile. Before, the idle
+// poller kept the slots it had gathered for its read until its wait ended (here an hour: its periodic read), and a
+// run of the other flow waited for that.
+func TestAnIdlePollerLeavesTheSharedSlotsToTheOthers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ids := map[string]string{"fa": "c0000000-0000-4000-8000-00000000000a", "fb": "c0000000-0000-4000-8000-00000000000b"}
+	for _, flow := range []string{"fa", "fb"} {
+		for _, q := range []string{`select pgflow.create_flow($1)`, `select pgflow.add_step($1, 'only')`} {
+			_, err := db.Pool.Exec(ctx, q, flow)
+			require.NoError(t, err)
+		}
+		require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, ids[flow], flow, "poller-test"))
+	}
+	listener := notify.New(notify.Config{Logger: log, Connect: func(ctx context.Context) (*pgx.Conn, error) {
+		return pgx.Connect(ctx, db.URL)
+	}})
+	t.Cleanup(listener.Close)
+
+	slots := NewSlots(1)
+	tasks := &Tasks{}
+	comp := completer.New(completer.Config{DB: db.Pool, Logger: log, QueueSize: 1, HardStop: ctx, Calls: ctx, Base: ctx})
+	run := func(context.Context, *taskrun.Env) (json.RawMessage, error) { return json.RawMessage(`"done"`), nil }
+	flows := map[string]*taskrun.Flow{}
+	for flow := range ids {
+		flows[flow] = &taskrun.Flow{Slug: flow, Steps: map[string]*taskrun.Step{"only": {Slug: "only", Run: run}}}
+	}
+	exec := executor.New(executor.Config{DB: db.Pool, Completer: comp, Logger: log, Handlers: ctx, GiveUp: make(chan struct{}),
+		Flows: flows})
+	loop, stop := context.WithCancel(ctx)
+	var stopped []chan struct{}
+	t.Cleanup(func() {
+		stop()
+		for _, done := range stopped {
+			<-done
+		}
+		tasks.Wait()
+		comp.Stop()
+	})
+	startPoller := func(flow string) *countingDB {
+		wake, err := listener.Subscribe(sqlapi.QueueChannel(flow))
+		require.NoError(t, err)
+		testutil.WaitClosed(t, "LISTEN on the queue's channel of "+flow, wake.Active())
+		wake.Drain() // the poller's first read covers the first Resync
+		read := &countingDB{DBTX: db.Pool}
+		p := New(Config{DB: db.Pool, Flow: flow, Queue: flow, WorkerID: ids[flow], BatchSize: 1, VisibilitySeconds: 30,
+			MaxPollSeconds: 1, PollIntervalMs: 100, MaxPollWait: time.Hour, ListenPollInterval: time.Hour,
+			Slots: slots, Wake: wake, Listener: listener,
+			Claimer:  claimer.New(claimer.Config{DB: db.Pool, Read: read, Flow: flow, Queue: flow, WorkerID: ids[flow], Logger: log}),
+			Executor: exec, Tasks: tasks, Logger: log})
+		done := make(chan struct{})
+		stopped = append(stopped, done)
+		go func() {
+			defer close(done)
+			p.Run(loop, ctx)
+		}()
+		return read
+	}
+
+	// fa's poller reads first, finds nothing and waits for news (an hour without any).
+	fa := startPoller("fa")
+	testutil.WaitFor(t, "the first read of fa's poller", func() bool { return fa.reads.Load() == 1 })
+	fb := startPoller("fb")
+	testutil.WaitFor(t, "the first read of fb's poller", func() bool { return fb.reads.Load() >= 1 })
+
+	runID := testutil.StartRun(t, db.Pool, "fb", map[string]any{})
+	require.Equal(t, "completed", testutil.WaitRun(t, db.Pool, runID).Status)
+	require.Equal(t, int32(1), fa.reads.Load(), "fa's poller was not woken: it read once")
+}
