@@ -124,9 +124,9 @@ func (p *Poller) Run(stop, calls context.Context) {
 			return
 		}
 		start := time.Now()
-		read, tasks, listened, err := p.poll(stop, calls, n)
+		r, err := p.poll(stop, calls, n)
 		if err != nil {
-			p.release(n)
+			p.release(r.held)
 			if stop.Err() != nil {
 				return
 			}
@@ -140,15 +140,15 @@ func (p *Poller) Run(stop, calls context.Context) {
 			continue
 		}
 		failures = 0
-		backlog = read == n
-		p.cfg.Observer.Polled(p.cfg.Flow, p.cfg.Queue, p.cfg.WorkerID, start, read, len(tasks), nil)
-		p.release(n - len(tasks))
-		p.startTasks(tasks)
+		backlog = r.read == n
+		p.cfg.Observer.Polled(p.cfg.Flow, p.cfg.Queue, p.cfg.WorkerID, start, r.read, len(r.tasks), nil)
+		p.release(r.held - len(r.tasks))
+		p.startTasks(r.tasks)
 		// A read that found fewer messages than it could take left nothing visible: what arrives later announces
 		// itself (and a notification that came during the read ends the wait at once), so wait for news instead
 		// of reading again at once only to find nothing (one empty read per run at low load). The slots are
 		// free while it waits: the worker's other queues share them.
-		if listened && read < n {
+		if r.listened && r.read < n {
 			p.waitForWake(stop)
 		}
 	}
@@ -278,32 +278,61 @@ func (p *Poller) listening() bool {
 	}
 }
 
-// poll reads up to n messages and claims their tasks; it returns how many messages it read. A listening poller
+// pollResult is what one poll read and claimed.
+type pollResult struct {
+	read     int             // messages read
+	tasks    []executor.Task // tasks claimed, each holding one slot
+	held     int             // slots the poller holds after the poll, the tasks' included
+	listened bool            // read by the listening path: when short, wait for news before reading again
+}
+
+// poll reads up to n messages and claims their tasks, holding the n slots gathered for them. A listening poller
 // reads and claims in one call (pgflow.read_and_start_tasks: one round trip, one row version per message), which
-// never waits (listened is true: when the read comes back short, Run waits for a notification, the time of the
-// earliest announced delayed message, or ListenPollInterval (MaxPollWait if shorter), see waitForWake in wake.go).
-// Otherwise it waits inside pgmq.read_with_poll. After stop ended, read messages are not claimed: they become
-// visible again after the visibility timeout and another worker takes them.
-func (p *Poller) poll(stop, calls context.Context, n int) (read int, tasks []executor.Task, listened bool, err error) {
+// never waits (listened: when the read comes back short, Run waits for a notification, the time of the earliest
+// announced delayed message, or ListenPollInterval (MaxPollWait if shorter), see waitForWake in wake.go).
+// Otherwise it waits inside pgmq.read_with_poll, up to MaxPollSeconds, and holds no slot while it does: it frees
+// them first and takes one again for each message read, when one is free; a message it finds no slot for is made
+// visible again at once (sqlapi.MakeVisible) for any worker to take. So a queue without work never keeps slots
+// from the worker's other queues. After stop ended, read messages are not claimed: they become visible again
+// after the visibility timeout and another worker takes them.
+func (p *Poller) poll(stop, calls context.Context, n int) (pollResult, error) {
 	if p.listening() {
 		p.clearWake()
 		woken := p.woken
 		p.woken = false
-		read, tasks, err = p.cfg.Claimer.ReadAndClaim(stop, calls, n, p.cfg.VisibilitySeconds)
+		read, tasks, err := p.cfg.Claimer.ReadAndClaim(stop, calls, n, p.cfg.VisibilitySeconds)
 		if err == nil && woken && read == n {
 			// Woken alone and the read came back full: more may wait than this worker can take now.
 			p.passOn(calls)
 		}
-		return read, tasks, true, err
+		return pollResult{read: read, tasks: tasks, held: n, listened: true}, err
 	}
+	p.release(n)
 	msgs, err := sqlapi.ReadWithPoll(stop, p.cfg.DB, sqlapi.ReadParams{Queue: p.cfg.Queue, VisibilitySeconds: p.cfg.VisibilitySeconds,
 		Qty: n, MaxPollSeconds: p.cfg.MaxPollSeconds, PollIntervalMs: p.cfg.PollIntervalMs})
 	if err != nil || len(msgs) == 0 || stop.Err() != nil {
-		return len(msgs), nil, false, err
+		return pollResult{read: len(msgs)}, err
 	}
-	ids := make([]int64, len(msgs))
-	for i, m := range msgs {
+	held := 0
+	for held < len(msgs) && p.acquire(stop, false) {
+		held++
+	}
+	if spare := msgs[held:]; len(spare) > 0 {
+		ids := make([]int64, len(spare))
+		for i, m := range spare {
+			ids[i] = m.ID
+		}
+		if err := sqlapi.MakeVisible(calls, p.cfg.DB, p.cfg.Queue, ids); err != nil {
+			p.cfg.Logger.Warn("read messages for which no handler slot was free any more; they reappear after their visibility timeout",
+				"messages", len(ids), "error", err)
+		}
+	}
+	if held == 0 {
+		return pollResult{read: len(msgs)}, nil
+	}
+	ids := make([]int64, held)
+	for i, m := range msgs[:held] {
 		ids[i] = m.ID
 	}
-	return len(msgs), p.cfg.Claimer.Claim(stop, calls, ids), false, nil
+	return pollResult{read: len(msgs), tasks: p.cfg.Claimer.Claim(stop, calls, ids), held: held}, nil
 }

@@ -93,3 +93,73 @@ func TestAnIdlePollerLeavesTheSharedSlotsToTheOthers(t *testing.T) {
 	require.Equal(t, "completed", testutil.WaitRun(t, db.Pool, runID).Status)
 	require.Equal(t, int32(1), fa.reads.Load(), "fa's poller was not woken: it read once")
 }
+
+// A poller that does not listen waits for messages inside pgmq.read_with_poll (here for up to an hour) without
+// holding a handler slot: the test takes the worker's only slot while the poller waits. The message the read then
+// returns finds no free slot: the poller makes it visible again at once instead of keeping it hidden for its
+// visibility timeout, and claims it once the slot is free again.
+func TestAPollerWaitingInReadWithPollHoldsNoSlot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const id = "c0000000-0000-4000-8000-0000000000c1"
+	for _, q := range []string{`select pgflow.create_flow('fc')`, `select pgflow.add_step('fc', 'only')`} {
+		_, err := db.Pool.Exec(ctx, q)
+		require.NoError(t, err)
+	}
+	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, id, "fc", "poller-test"))
+
+	slots := NewSlots(1)
+	tasks := &Tasks{}
+	comp := completer.New(completer.Config{DB: db.Pool, Logger: log, QueueSize: 1, HardStop: ctx, Calls: ctx, Base: ctx})
+	run := func(context.Context, *taskrun.Env) (json.RawMessage, error) { return json.RawMessage(`"done"`), nil }
+	exec := executor.New(executor.Config{DB: db.Pool, Completer: comp, Logger: log, Handlers: ctx, GiveUp: make(chan struct{}),
+		Flows: map[string]*taskrun.Flow{"fc": {Slug: "fc", Steps: map[string]*taskrun.Step{"only": {Slug: "only", Run: run}}}}})
+	loop, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	p := New(Config{DB: db.Pool, Flow: "fc", Queue: "fc", WorkerID: id, BatchSize: 1, VisibilitySeconds: 3600,
+		MaxPollSeconds: 3600, PollIntervalMs: 20, Slots: slots,
+		Claimer:  claimer.New(claimer.Config{DB: db.Pool, Read: db.Pool, Flow: "fc", Queue: "fc", WorkerID: id, Logger: log}),
+		Executor: exec, Tasks: tasks, Logger: log})
+	go func() {
+		defer close(done)
+		p.Run(loop, ctx)
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-done
+		tasks.Wait()
+		comp.Stop()
+	})
+
+	// The poller takes the slot, then frees it for its wait in read_with_poll: once it waits there, this send
+	// takes the slot.
+	testutil.WaitFor(t, "the poller waits in pgmq.read_with_poll", func() bool {
+		var waiting bool
+		require.NoError(t, db.Pool.QueryRow(ctx, `select exists (select from pg_catalog.pg_stat_activity
+			where state = 'active' and query like '%pgmq.read_with_poll%' and pid <> pg_catalog.pg_backend_pid())`).Scan(&waiting))
+		return waiting
+	})
+	select {
+	case slots <- struct{}{}:
+	case <-time.After(testutil.WaitTimeout):
+		t.Fatal("the poller kept the only slot while it waited for messages")
+	}
+	runID := testutil.StartRun(t, db.Pool, "fc", map[string]any{})
+	var msgID int64
+	testutil.WaitFor(t, "the poller read the message, found no slot and made it visible again", func() bool {
+		var readCount int
+		var visible bool
+		err := db.Pool.QueryRow(ctx, `select m.msg_id, m.read_ct, m.vt <= clock_timestamp() from pgmq.q_fc as m`).
+			Scan(&msgID, &readCount, &visible)
+		require.NoError(t, err)
+		return readCount >= 1 && visible
+	})
+	var status string
+	require.NoError(t, db.Pool.QueryRow(ctx, `select status from pgflow.step_tasks where run_id = $1`, runID).Scan(&status))
+	require.Equal(t, "queued", status, "not claimed without a slot")
+
+	<-slots // free the slot: the poller claims the task now
+	require.Equal(t, "completed", testutil.WaitRun(t, db.Pool, runID).Status)
+}

@@ -119,6 +119,22 @@ func Read(ctx context.Context, db DBTX, p ReadParams) ([]Message, error) {
 	return msgs, nil
 }
 
+// MakeVisible makes messages of queue that were read but will not be claimed visible again now
+// (pgflow.set_vt_batch with an offset of 0), so that any reader takes them without waiting for their visibility
+// timeout. Messages that no longer exist are skipped.
+func MakeVisible(ctx context.Context, db DBTX, queue string, msgIDs []int64) error {
+	if len(msgIDs) == 0 {
+		return nil
+	}
+	if _, err := db.Exec(ctx,
+		`select from pgflow.set_vt_batch(queue_name => $1::text, msg_ids => $2::bigint[],
+		                                 vt_offsets => pg_catalog.array_fill(0, array[pg_catalog.cardinality($2::bigint[])]))`,
+		queue, msgIDs); err != nil {
+		return fmt.Errorf("pgflow.set_vt_batch(queue %q, %d messages, visible now): %w", queue, len(msgIDs), err)
+	}
+	return nil
+}
+
 // QueueChannel is the notification channel on which the schema (v0.18.0 and later) announces new visible
 // messages of a queue: pgflow.start_ready_steps notifies it once per transaction that sent undelayed messages.
 func QueueChannel(queue string) string { return "pgflow:queue:" + queue }
