@@ -5,6 +5,7 @@
 package poller
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"sync"
@@ -25,6 +26,8 @@ const (
 	// either (messages of crashed workers after their visibility timeout, delays announced while the listener was
 	// disconnected) are found within this time.
 	defaultListenPollInterval = 2 * time.Second
+	// defaultFirstListenWait is Config.FirstListenWait's default: a healthy listener connects in milliseconds.
+	defaultFirstListenWait = time.Second
 	// claimLinger is how long a busy poller waits for more free slots before it reads, so that it claims many
 	// tasks per round trip instead of one each time a single slot frees up.
 	claimLinger = 5 * time.Millisecond
@@ -67,6 +70,9 @@ type Config struct {
 	// ListenPollInterval is how long a listening poller waits without a notification before it reads anyway
 	// (bounded by MaxPollWait). 0: 2 s.
 	ListenPollInterval time.Duration
+	// FirstListenWait bounds how long a poller with a Wake subscription waits for its LISTEN to be in effect
+	// before its first read (see awaitListener). 0: 1 s.
+	FirstListenWait time.Duration
 	// Slots is the worker's shared pool; FlowSlots, when not nil, limits this flow's share of it.
 	Slots, FlowSlots Slots
 	// Wake, when not nil, announces new messages of Queue; Listener tells whether it is connected.
@@ -116,6 +122,9 @@ func (p *Poller) Run(stop, calls context.Context) {
 	if p.cfg.Own != nil {
 		relays.Go(func() { p.relay(stop, calls, p.cfg.Own, true) })
 	}
+	if p.cfg.Wake != nil && !p.awaitListener(stop) {
+		return
+	}
 	failures := 0
 	backlog := false // the last read returned as many messages as it asked for
 	for stop.Err() == nil {
@@ -152,6 +161,24 @@ func (p *Poller) Run(stop, calls context.Context) {
 			p.waitForWake(stop)
 		}
 	}
+}
+
+// awaitListener waits, holding no slot and making no call, until the LISTEN of the poller's queue channel is in
+// effect, for at most FirstListenWait. The worker's listener connects as the worker starts; without this wait
+// the first read of every queue would find it not connected yet and wait inside pgmq.read_with_poll, holding a
+// pool connection for up to MaxPollWait (with more queues than connections, a worker's first runs waited that
+// long for one). A listener that does not connect in time changes nothing: the poller reads with
+// read_with_poll until it does. It returns false when stop ended.
+func (p *Poller) awaitListener(stop context.Context) bool {
+	t := time.NewTimer(cmp.Or(p.cfg.FirstListenWait, defaultFirstListenWait))
+	defer t.Stop()
+	select {
+	case <-p.cfg.Wake.Active():
+	case <-t.C:
+	case <-stop.Done():
+		return false
+	}
+	return true
 }
 
 // startTasks starts the executor for each claimed task, each holding one of the slots taken for it.

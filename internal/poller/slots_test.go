@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,4 +164,77 @@ func TestAPollerWaitingInReadWithPollHoldsNoSlot(t *testing.T) {
 
 	<-slots // free the slot: the poller claims the task now
 	require.Equal(t, "completed", testutil.WaitRun(t, db.Pool, runID).Status)
+}
+
+// callCounter counts the pgmq.read_with_poll calls made through it, when they are sent.
+type callCounter struct {
+	sqlapi.DBTX
+	readWithPoll atomic.Int32
+}
+
+func (c *callCounter) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if strings.Contains(sql, "read_with_poll") {
+		c.readWithPoll.Add(1)
+	}
+	return c.DBTX.Query(ctx, sql, args...)
+}
+
+// A poller that is to listen makes its first read once its LISTEN is in effect: a notified read
+// (read_and_start_tasks), not a wait inside pgmq.read_with_poll (here an hour long), which would hold a pool
+// connection meanwhile. The listener's connection is held back until the poller runs, as at a worker's start.
+func TestThePollersFirstReadWaitsForItsListener(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const id = "c0000000-0000-4000-8000-0000000000d1"
+	for _, q := range []string{`select pgflow.create_flow('fd')`, `select pgflow.add_step('fd', 'only')`} {
+		_, err := db.Pool.Exec(ctx, q)
+		require.NoError(t, err)
+	}
+	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, id, "fd", "poller-test"))
+	gate := make(chan struct{})
+	listener := notify.New(notify.Config{Logger: log, Connect: func(ctx context.Context) (*pgx.Conn, error) {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return pgx.Connect(ctx, db.URL)
+	}})
+	t.Cleanup(listener.Close)
+	wake, err := listener.Subscribe(sqlapi.QueueChannel("fd"))
+	require.NoError(t, err)
+
+	tasks := &Tasks{}
+	comp := completer.New(completer.Config{DB: db.Pool, Logger: log, QueueSize: 1, HardStop: ctx, Calls: ctx, Base: ctx})
+	run := func(context.Context, *taskrun.Env) (json.RawMessage, error) { return json.RawMessage(`"done"`), nil }
+	exec := executor.New(executor.Config{DB: db.Pool, Completer: comp, Logger: log, Handlers: ctx, GiveUp: make(chan struct{}),
+		Flows: map[string]*taskrun.Flow{"fd": {Slug: "fd", Steps: map[string]*taskrun.Step{"only": {Slug: "only", Run: run}}}}})
+	calls := &callCounter{DBTX: db.Pool}
+	reads := &countingDB{DBTX: db.Pool}
+	loop, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	p := New(Config{DB: calls, Flow: "fd", Queue: "fd", WorkerID: id, BatchSize: 1, VisibilitySeconds: 30,
+		MaxPollSeconds: 3600, PollIntervalMs: 20, MaxPollWait: time.Hour, ListenPollInterval: time.Hour,
+		FirstListenWait: time.Hour, Slots: NewSlots(1), Wake: wake, Listener: listener,
+		Claimer:  claimer.New(claimer.Config{DB: db.Pool, Read: reads, Flow: "fd", Queue: "fd", WorkerID: id, Logger: log}),
+		Executor: exec, Tasks: tasks, Logger: log})
+	go func() {
+		defer close(done)
+		p.Run(loop, ctx)
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-done
+		tasks.Wait()
+		comp.Stop()
+	})
+
+	close(gate)
+	testutil.WaitFor(t, "the poller's first read", func() bool { return reads.reads.Load() == 1 })
+	require.Zero(t, calls.readWithPoll.Load(), "the first read did not wait inside pgmq.read_with_poll")
+	runID := testutil.StartRun(t, db.Pool, "fd", map[string]any{})
+	require.Equal(t, "completed", testutil.WaitRun(t, db.Pool, runID).Status)
+	require.Zero(t, calls.readWithPoll.Load())
 }
