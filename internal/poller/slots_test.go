@@ -29,59 +29,24 @@ import (
 // run of the other flow waited for that.
 func TestAnIdlePollerLeavesTheSharedSlotsToTheOthers(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	db := pgtest.New(t)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ids := map[string]string{"fa": "c0000000-0000-4000-8000-00000000000a", "fb": "c0000000-0000-4000-8000-00000000000b"}
-	for _, flow := range []string{"fa", "fb"} {
-		for _, q := range []string{`select pgflow.create_flow($1)`, `select pgflow.add_step($1, 'only')`} {
-			_, err := db.Pool.Exec(ctx, q, flow)
-			require.NoError(t, err)
-		}
-		require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, ids[flow], flow, "poller-test"))
+	for flow, id := range ids {
+		oneStepFlow(t, db, flow, id)
 	}
-	listener := notify.New(notify.Config{Logger: log, Connect: func(ctx context.Context) (*pgx.Conn, error) {
-		return pgx.Connect(ctx, db.URL)
-	}})
+	listener := notify.New(notify.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Connect: func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, db.URL) }})
 	t.Cleanup(listener.Close)
-
 	slots := NewSlots(1)
-	tasks := &Tasks{}
-	comp := completer.New(completer.Config{DB: db.Pool, Logger: log, QueueSize: 1, HardStop: ctx, Calls: ctx, Base: ctx})
-	run := func(context.Context, *taskrun.Env) (json.RawMessage, error) { return json.RawMessage(`"done"`), nil }
-	flows := map[string]*taskrun.Flow{}
-	for flow := range ids {
-		flows[flow] = &taskrun.Flow{Slug: flow, Steps: map[string]*taskrun.Step{"only": {Slug: "only", Run: run}}}
-	}
-	exec := executor.New(executor.Config{DB: db.Pool, Completer: comp, Logger: log, Handlers: ctx, GiveUp: make(chan struct{}),
-		Flows: flows})
-	loop, stop := context.WithCancel(ctx)
-	var stopped []chan struct{}
-	t.Cleanup(func() {
-		stop()
-		for _, done := range stopped {
-			<-done
-		}
-		tasks.Wait()
-		comp.Stop()
-	})
 	startPoller := func(flow string) *countingDB {
 		wake, err := listener.Subscribe(sqlapi.QueueChannel(flow))
 		require.NoError(t, err)
 		testutil.WaitClosed(t, "LISTEN on the queue's channel of "+flow, wake.Active())
 		wake.Drain() // the poller's first read covers the first Resync
 		read := &countingDB{DBTX: db.Pool}
-		p := New(Config{DB: db.Pool, Flow: flow, Queue: flow, WorkerID: ids[flow], BatchSize: 1, VisibilitySeconds: 30,
+		runPoller(t, db, Config{DB: db.Pool, Flow: flow, Queue: flow, WorkerID: ids[flow], BatchSize: 1, VisibilitySeconds: 30,
 			MaxPollSeconds: 1, PollIntervalMs: 100, MaxPollWait: time.Hour, ListenPollInterval: time.Hour,
-			Slots: slots, Wake: wake, Listener: listener,
-			Claimer:  claimer.New(claimer.Config{DB: db.Pool, Read: read, Flow: flow, Queue: flow, WorkerID: ids[flow], Logger: log}),
-			Executor: exec, Tasks: tasks, Logger: log})
-		done := make(chan struct{})
-		stopped = append(stopped, done)
-		go func() {
-			defer close(done)
-			p.Run(loop, ctx)
-		}()
+			Slots: slots, Wake: wake, Listener: listener}, read)
 		return read
 	}
 
@@ -104,36 +69,11 @@ func TestAPollerWaitingInReadWithPollHoldsNoSlot(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	const id = "c0000000-0000-4000-8000-0000000000c1"
-	for _, q := range []string{`select pgflow.create_flow('fc')`, `select pgflow.add_step('fc', 'only')`} {
-		_, err := db.Pool.Exec(ctx, q)
-		require.NoError(t, err)
-	}
-	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, id, "fc", "poller-test"))
-
+	oneStepFlow(t, db, "fc", id)
 	slots := NewSlots(1)
-	tasks := &Tasks{}
-	comp := completer.New(completer.Config{DB: db.Pool, Logger: log, QueueSize: 1, HardStop: ctx, Calls: ctx, Base: ctx})
-	run := func(context.Context, *taskrun.Env) (json.RawMessage, error) { return json.RawMessage(`"done"`), nil }
-	exec := executor.New(executor.Config{DB: db.Pool, Completer: comp, Logger: log, Handlers: ctx, GiveUp: make(chan struct{}),
-		Flows: map[string]*taskrun.Flow{"fc": {Slug: "fc", Steps: map[string]*taskrun.Step{"only": {Slug: "only", Run: run}}}}})
-	loop, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	p := New(Config{DB: db.Pool, Flow: "fc", Queue: "fc", WorkerID: id, BatchSize: 1, VisibilitySeconds: 3600,
-		MaxPollSeconds: 3600, PollIntervalMs: 20, Slots: slots,
-		Claimer:  claimer.New(claimer.Config{DB: db.Pool, Read: db.Pool, Flow: "fc", Queue: "fc", WorkerID: id, Logger: log}),
-		Executor: exec, Tasks: tasks, Logger: log})
-	go func() {
-		defer close(done)
-		p.Run(loop, ctx)
-	}()
-	t.Cleanup(func() {
-		stop()
-		<-done
-		tasks.Wait()
-		comp.Stop()
-	})
+	runPoller(t, db, Config{DB: db.Pool, Flow: "fc", Queue: "fc", WorkerID: id, BatchSize: 1, VisibilitySeconds: 3600,
+		MaxPollSeconds: 3600, PollIntervalMs: 20, Slots: slots}, db.Pool)
 
 	// The poller takes the slot, then frees it for its wait in read_with_poll: once it waits there, this send
 	// takes the slot.
@@ -184,42 +124,65 @@ func (c *callCounter) Query(ctx context.Context, sql string, args ...any) (pgx.R
 // connection meanwhile. The listener's connection is held back until the poller runs, as at a worker's start.
 func TestThePollersFirstReadWaitsForItsListener(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	db := pgtest.New(t)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	const id = "c0000000-0000-4000-8000-0000000000d1"
-	for _, q := range []string{`select pgflow.create_flow('fd')`, `select pgflow.add_step('fd', 'only')`} {
-		_, err := db.Pool.Exec(ctx, q)
-		require.NoError(t, err)
-	}
-	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, id, "fd", "poller-test"))
+	oneStepFlow(t, db, "fd", id)
 	gate := make(chan struct{})
-	listener := notify.New(notify.Config{Logger: log, Connect: func(ctx context.Context) (*pgx.Conn, error) {
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		return pgx.Connect(ctx, db.URL)
-	}})
+	listener := notify.New(notify.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return pgx.Connect(ctx, db.URL)
+		}})
 	t.Cleanup(listener.Close)
 	wake, err := listener.Subscribe(sqlapi.QueueChannel("fd"))
 	require.NoError(t, err)
-
-	tasks := &Tasks{}
-	comp := completer.New(completer.Config{DB: db.Pool, Logger: log, QueueSize: 1, HardStop: ctx, Calls: ctx, Base: ctx})
-	run := func(context.Context, *taskrun.Env) (json.RawMessage, error) { return json.RawMessage(`"done"`), nil }
-	exec := executor.New(executor.Config{DB: db.Pool, Completer: comp, Logger: log, Handlers: ctx, GiveUp: make(chan struct{}),
-		Flows: map[string]*taskrun.Flow{"fd": {Slug: "fd", Steps: map[string]*taskrun.Step{"only": {Slug: "only", Run: run}}}}})
 	calls := &callCounter{DBTX: db.Pool}
 	reads := &countingDB{DBTX: db.Pool}
+	runPoller(t, db, Config{DB: calls, Flow: "fd", Queue: "fd", WorkerID: id, BatchSize: 1, VisibilitySeconds: 30,
+		MaxPollSeconds: 3600, PollIntervalMs: 20, MaxPollWait: time.Hour, ListenPollInterval: time.Hour,
+		FirstListenWait: time.Hour, Slots: NewSlots(1), Wake: wake, Listener: listener}, reads)
+
+	close(gate)
+	// At least one: the LISTEN's first Resync may reach the poller after its first read and cause a second.
+	testutil.WaitFor(t, "the poller's first read", func() bool { return reads.reads.Load() >= 1 })
+	require.Zero(t, calls.readWithPoll.Load(), "the first read did not wait inside pgmq.read_with_poll")
+	runID := testutil.StartRun(t, db.Pool, "fd", map[string]any{})
+	require.Equal(t, "completed", testutil.WaitRun(t, db.Pool, runID).Status)
+	require.Zero(t, calls.readWithPoll.Load())
+}
+
+// oneStepFlow creates flow with one step, "only", and registers the worker row id on its queue.
+func oneStepFlow(t *testing.T, db *pgtest.DB, flow, id string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, q := range []string{`select pgflow.create_flow($1)`, `select pgflow.add_step($1, 'only')`} {
+		_, err := db.Pool.Exec(ctx, q, flow)
+		require.NoError(t, err)
+	}
+	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, id, flow, "poller-test"))
+}
+
+// runPoller runs a poller of cfg until the test ends: cfg.Flow is a oneStepFlow whose handler returns at once,
+// and the poller gets its executor, completer, task count and claimer (reading and claiming through read) here.
+func runPoller(t *testing.T, db *pgtest.DB, cfg Config, read sqlapi.DBTX) {
+	t.Helper()
+	ctx := context.Background()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	tasks := &Tasks{}
+	comp := completer.New(completer.Config{DB: db.Pool, Logger: log, QueueSize: cap(cfg.Slots), HardStop: ctx, Calls: ctx, Base: ctx})
+	run := func(context.Context, *taskrun.Env) (json.RawMessage, error) { return json.RawMessage(`"done"`), nil }
+	cfg.Executor = executor.New(executor.Config{DB: db.Pool, Completer: comp, Logger: log, Handlers: ctx,
+		GiveUp: make(chan struct{}),
+		Flows:  map[string]*taskrun.Flow{cfg.Flow: {Slug: cfg.Flow, Steps: map[string]*taskrun.Step{"only": {Slug: "only", Run: run}}}}})
+	cfg.Claimer = claimer.New(claimer.Config{DB: db.Pool, Read: read, Flow: cfg.Flow, Queue: cfg.Queue, WorkerID: cfg.WorkerID, Logger: log})
+	cfg.Tasks, cfg.Logger = tasks, log
+	p := New(cfg)
 	loop, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	p := New(Config{DB: calls, Flow: "fd", Queue: "fd", WorkerID: id, BatchSize: 1, VisibilitySeconds: 30,
-		MaxPollSeconds: 3600, PollIntervalMs: 20, MaxPollWait: time.Hour, ListenPollInterval: time.Hour,
-		FirstListenWait: time.Hour, Slots: NewSlots(1), Wake: wake, Listener: listener,
-		Claimer:  claimer.New(claimer.Config{DB: db.Pool, Read: reads, Flow: "fd", Queue: "fd", WorkerID: id, Logger: log}),
-		Executor: exec, Tasks: tasks, Logger: log})
 	go func() {
 		defer close(done)
 		p.Run(loop, ctx)
@@ -230,12 +193,4 @@ func TestThePollersFirstReadWaitsForItsListener(t *testing.T) {
 		tasks.Wait()
 		comp.Stop()
 	})
-
-	close(gate)
-	// At least one: the LISTEN's first Resync may reach the poller after its first read and cause a second.
-	testutil.WaitFor(t, "the poller's first read", func() bool { return reads.reads.Load() >= 1 })
-	require.Zero(t, calls.readWithPoll.Load(), "the first read did not wait inside pgmq.read_with_poll")
-	runID := testutil.StartRun(t, db.Pool, "fd", map[string]any{})
-	require.Equal(t, "completed", testutil.WaitRun(t, db.Pool, runID).Status)
-	require.Zero(t, calls.readWithPoll.Load())
 }
