@@ -340,26 +340,22 @@ func (p *Poller) poll(stop, calls context.Context, n int) (pollResult, error) {
 	if err != nil || len(msgs) == 0 || stop.Err() != nil {
 		return pollResult{read: len(msgs)}, err
 	}
+	ids := make([]int64, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
 	held := 0
-	for held < len(msgs) && p.acquire(stop, false) {
+	for held < len(ids) && p.acquire(stop, false) {
 		held++
 	}
-	if spare := msgs[held:]; len(spare) > 0 {
-		ids := make([]int64, len(spare))
-		for i, m := range spare {
-			ids[i] = m.ID
-		}
-		if err := sqlapi.MakeVisible(calls, p.cfg.DB, p.cfg.Queue, ids); err != nil {
+	if spare := ids[held:]; len(spare) > 0 {
+		if err := sqlapi.MakeVisible(calls, p.cfg.DB, p.cfg.Queue, spare); err != nil {
 			p.cfg.Logger.Warn("read messages for which no handler slot was free any more; they reappear after their visibility timeout",
-				"messages", len(ids), "error", err)
+				"messages", len(spare), "error", err)
 		}
 	}
 	if held == 0 {
 		return pollResult{read: len(msgs)}, nil
 	}
-	ids := make([]int64, held)
-	for i, m := range msgs[:held] {
-		ids[i] = m.ID
-	}
-	return pollResult{read: len(msgs), tasks: p.cfg.Claimer.Claim(stop, calls, ids), held: held}, nil
+	return pollResult{read: len(msgs), tasks: p.cfg.Claimer.Claim(stop, calls, ids[:held]), held: held}, nil
 }
