@@ -183,12 +183,13 @@ func (p *Poller) awaitListener(stop context.Context) bool {
 
 // startTasks starts the executor for each claimed task, each holding one of the slots taken for it.
 func (p *Poller) startTasks(tasks []executor.Task) {
+	settled := p.settled // one method value per batch, not one per task
 	for i := range tasks {
 		t := &tasks[i] // not copied again: the task's goroutine reads it from the claimed batch
 		p.cfg.Observer.TaskClaimed(t.Meta())
 		p.cfg.Tasks.start()
 		// The task's own goroutine runs its handler; settled frees its slot once its outcome is known.
-		go p.cfg.Executor.Start(t, p.settled)
+		go p.cfg.Executor.Start(t, settled)
 	}
 }
 
