@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgflow-go/pgflow/internal/reliability"
+	"github.com/pgflow-go/pgflow/internal/sqlapi"
+	"github.com/pgflow-go/pgflow/internal/testutil"
 )
 
 // A worker killed with SIGKILL while its handlers run leaves its tasks 'started'. Their messages stay hidden
@@ -68,6 +70,46 @@ func TestReliabilityKilledWorkerTasksFinishElsewhere(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `select stopped_at is not null from pgflow.workers where worker_id = $1::uuid`,
 		survivor.Config.WorkerID).Scan(&stopped))
 	require.True(t, stopped)
+}
+
+// A worker killed with SIGKILL keeps a recent heartbeat for up to 30 s, but its listening session ends with the
+// process. From then on, every start wakes the surviving worker on its own channel, never the dead one (whose wake
+// would be lost until a periodic read), and every run completes.
+func TestReliabilityKilledWorkerIsNotWokenAlone(t *testing.T) {
+	t.Parallel()
+	db := relDB(t)
+	compileRelFlow(t, db.Pool, reliability.OneStepFlow)
+	bin := reliability.BuildTestWorker(t)
+	victim := reliability.StartProcess(t, bin, reliability.ProcConfig{DatabaseURL: db.URL, Flow: reliability.OneStepFlow})
+	survivor := reliability.StartProcess(t, bin, reliability.ProcConfig{DatabaseURL: db.URL, Flow: reliability.OneStepFlow})
+	listenerOf := func(workerID string) int64 {
+		return queryInt(t, db.Pool, `select coalesce(max(listener_pid), 0) from pgflow.workers
+			where worker_id = $1::uuid and stopped_at is null`, workerID)
+	}
+	eventually(t, relWait, "both workers heartbeat the session they listen in", func() bool {
+		return listenerOf(victim.Config.WorkerID) != 0 && listenerOf(survivor.Config.WorkerID) != 0
+	})
+	victimSession := listenerOf(victim.Config.WorkerID)
+
+	victim.Kill()
+	eventually(t, relWait, "the killed worker's session to end", func() bool {
+		return queryInt(t, db.Pool, `select count(*) from pg_catalog.pg_stat_activity where pid = $1::integer`, victimSession) == 0
+	})
+	require.EqualValues(t, 1, queryInt(t, db.Pool, `select count(*) from pgflow.workers where worker_id = $1::uuid
+		and stopped_at is null and last_heartbeat_at >= now() - interval '30 seconds' and listener_pid = $2::integer`,
+		victim.Config.WorkerID, victimSession), "by its heartbeat the killed worker still looks alive and listening")
+
+	collect := testutil.Notifications(t, db.URL, sqlapi.WorkerChannel(victim.Config.WorkerID),
+		sqlapi.WorkerChannel(survivor.Config.WorkerID), sqlapi.QueueChannel(reliability.OneStepFlow))
+	for i := range 20 {
+		startRelRuns(t, db.Pool, reliability.OneStepFlow, reliability.Input{}, 1)
+		require.Equal(t, []string{sqlapi.WorkerChannel(survivor.Config.WorkerID) + " "}, collect(),
+			"start %d: the surviving worker alone is woken", i)
+	}
+	waitRunsDone(t, db.Pool, reliability.OneStepFlow, relWait)
+	inv := requireInvariants(t, db.Pool, reliability.OneStepFlow, true)
+	require.EqualValues(t, 20, inv.Runs)
+	require.NoError(t, survivor.Stop(relWait))
 }
 
 // A worker frozen with SIGSTOP mid-handler (a long GC pause, a suspended VM) loses its tasks to stalled-task

@@ -409,9 +409,10 @@ func (w *Worker) launch(ctx context.Context) {
 			}
 			row := maintenance.Row{WorkerID: q.workerID, Queue: q.name}
 			if own != nil {
-				// The heartbeat tells the schema whether this row's LISTEN is in effect: only then may it be woken
-				// alone (a wake sent to a row that does not listen would be lost until a periodic read).
-				row.Listening = own.Listening
+				// The heartbeat tells the schema whether this row's LISTEN is in effect, and in which server session:
+				// only while it is and that session exists may it be woken alone (a wake sent to a row that does not
+				// listen, or whose process died, would be lost until a periodic read).
+				row.ListenerPID = own.ListenerPID
 			}
 			rows = append(rows, row)
 			p := poller.New(poller.Config{

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pgflow-go/pgflow/internal/pgtest"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
+	"github.com/pgflow-go/pgflow/internal/testutil"
 )
 
 // switchDialer opens connections while refuse is false and refuses them while it is true: a LISTEN connection the
@@ -27,43 +28,6 @@ func (d *switchDialer) dial(ctx context.Context, network, addr string) (net.Conn
 	}
 	var nd net.Dialer
 	return nd.DialContext(ctx, network, addr)
-}
-
-// noteCollector listens on channels on a connection of its own and returns a function that collects the
-// notifications ("<channel> <payload>") delivered so far, waiting for a marker sent after them.
-func noteCollector(t *testing.T, url string, channels ...string) func() []string {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	const marker = "test:marker"
-	for _, ch := range append([]string{marker}, channels...) {
-		_, err := conn.Exec(ctx, "listen "+pgx.Identifier{ch}.Sanitize())
-		require.NoError(t, err)
-	}
-	return func() []string {
-		token := fmt.Sprintf("marker %d", time.Now().UnixNano())
-		sender, err := pgx.Connect(ctx, url)
-		require.NoError(t, err)
-		defer sender.Close(context.Background())
-		_, err = sender.Exec(ctx, `select pg_notify($1, $2)`, marker, token)
-		require.NoError(t, err)
-		wctx, cancel := context.WithTimeout(ctx, waitTimeout)
-		defer cancel()
-		var got []string
-		for {
-			n, err := conn.WaitForNotification(wctx)
-			require.NoError(t, err)
-			if n.Channel == marker {
-				if n.Payload == token {
-					return got
-				}
-				continue
-			}
-			got = append(got, n.Channel+" "+n.Payload)
-		}
-	}
 }
 
 // runWorker starts a worker on client and stops it when the test ends.
@@ -89,7 +53,8 @@ func runWorker(t *testing.T, client *Client, cfg WorkerConfig) *Worker {
 // Worker A listens; worker B's LISTEN connection can never be opened (not PollOnly: it keeps trying), so B is
 // alive but never woken alone, and every start wakes A, on A's channel (before, about half of them went to B and
 // waited for a periodic read). When A's LISTEN connection is lost and cannot come back, A says so at once: starts
-// are announced on the queue's channel. Once A listens again, they wake A alone again.
+// are announced on the queue's channel. Once A listens again, they wake A alone again. Each heartbeat names the
+// server session A listens in (listener_pid), the new one after the reconnect.
 func TestTargetedWakeChoosesOnlyWorkersThatListen(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -115,16 +80,17 @@ func TestTargetedWakeChoosesOnlyWorkersThatListen(t *testing.T) {
 	runWorker(t, clientB, cfgB)
 
 	type row struct {
-		alive     bool
-		listensAt *time.Time
+		alive       bool
+		listensAt   *time.Time
+		listenerPID *int32
 	}
 	rowOf := func(id string) row {
 		var r row
 		err := db.Pool.QueryRow(ctx, `
 			select stopped_at is null and deprecated_at is null and last_heartbeat_at >= now() - interval '30 seconds'
 			       and last_heartbeat_at > started_at,
-			       listens_at
-			  from pgflow.workers where worker_id = $1`, id).Scan(&r.alive, &r.listensAt)
+			       listens_at, listener_pid
+			  from pgflow.workers where worker_id = $1`, id).Scan(&r.alive, &r.listensAt, &r.listenerPID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return row{} // not registered yet
 		}
@@ -135,7 +101,7 @@ func TestTargetedWakeChoosesOnlyWorkersThatListen(t *testing.T) {
 		a, b := rowOf(idA), rowOf(idB)
 		return a.alive && a.listensAt != nil && b.alive && b.listensAt == nil
 	})
-	collect := noteCollector(t, db.URL, sqlapi.WorkerChannel(idA), sqlapi.WorkerChannel(idB), sqlapi.QueueChannel("listening"))
+	collect := testutil.Notifications(t, db.URL, sqlapi.WorkerChannel(idA), sqlapi.WorkerChannel(idB), sqlapi.QueueChannel("listening"))
 	wakeA := sqlapi.WorkerChannel(idA) + " "
 	broadcast := sqlapi.QueueChannel("listening") + " "
 
@@ -145,6 +111,8 @@ func TestTargetedWakeChoosesOnlyWorkersThatListen(t *testing.T) {
 		require.Equal(t, "completed", waitRun(t, db.Pool, runID).Status)
 	}
 	require.Nil(t, rowOf(idB).listensAt, "B still says it does not listen")
+	require.Nil(t, rowOf(idB).listenerPID)
+	require.EqualValues(t, clientA.listener.BackendPID(), *rowOf(idA).listenerPID, "A says which session listens")
 
 	// A's LISTEN connection is lost and cannot be opened again: A's next heartbeat (written as soon as the listener
 	// noticed) says it does not listen, and a start is announced to every listener of the queue.
@@ -164,6 +132,11 @@ func TestTargetedWakeChoosesOnlyWorkersThatListen(t *testing.T) {
 	dialA.refuse.Store(false)
 	waitFor(t, "A says it listens again", func() bool { return rowOf(idA).listensAt != nil })
 	require.True(t, rowOf(idA).listensAt.After(first), "listens_at: since when it listens, after the reconnect")
+	waitFor(t, "A's row names its new listening session", func() bool {
+		p := rowOf(idA).listenerPID
+		return p != nil && uint32(*p) == clientA.listener.BackendPID()
+	})
+	require.NotEqual(t, pid, uint32(*rowOf(idA).listenerPID))
 	runID = startRun(t, db.Pool, "listening", 101)
 	require.Equal(t, []string{wakeA}, collect())
 	require.Equal(t, "completed", waitRun(t, db.Pool, runID).Status)

@@ -19,8 +19,17 @@ type workerJSON struct {
 	HeartbeatAgeSeconds float64    `json:"heartbeat_age_seconds"`
 	DeprecatedAt        *time.Time `json:"deprecated_at"`
 	StoppedAt           *time.Time `json:"stopped_at"`
-	ListensAt           *time.Time `json:"listens_at"` // since when it listens on its own channel; null: it does not
+	ListensAt           *time.Time `json:"listens_at"`   // since when it listens on its own channel; null: it does not
+	ListenerPID         *uint32    `json:"listener_pid"` // the server process it listens in; null: it does not
 	RunningTasks        int64      `json:"running_tasks"`
+}
+
+// listenerPID is the worker's listener_pid for JSON: null when it does not listen.
+func listenerPID(w sqlapi.WorkerRow) *uint32 {
+	if w.ListenerPID == 0 {
+		return nil
+	}
+	return &w.ListenerPID
 }
 
 // workerStatus classifies a worker row (see sqlapi.WorkerRow.Status).
@@ -70,7 +79,7 @@ heartbeat_age_seconds, deprecated_at, stopped_at and running_tasks.`,
 					WorkerID: w.WorkerID, Status: workerStatus(w, staleAfter), QueueName: w.QueueName,
 					FunctionName: w.FunctionName, StartedAt: w.StartedAt, LastHeartbeatAt: w.LastHeartbeatAt,
 					HeartbeatAgeSeconds: w.HeartbeatAge.Seconds(), DeprecatedAt: w.DeprecatedAt, StoppedAt: w.StoppedAt,
-					ListensAt: w.ListensAt, RunningTasks: w.RunningTasks,
+					ListensAt: w.ListensAt, ListenerPID: listenerPID(w), RunningTasks: w.RunningTasks,
 				})
 			}
 			out := cmd.OutOrStdout()

@@ -30,7 +30,8 @@ func TestWorkersCommand(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(ctx, `update pgflow.workers set deprecated_at = now() where worker_id = $1`, leaving)
 	require.NoError(t, err)
-	_, err = sqlapi.HeartbeatWorker(ctx, db.Pool, leaving, true) // it says it listens on its own channel
+	listener := db.SessionPID(t)
+	_, err = sqlapi.HeartbeatWorker(ctx, db.Pool, leaving, listener) // it says it listens on its own channel
 	require.NoError(t, err)
 
 	docs := decodeJSON[[]workerJSON](t, mustCLI(t, "--database-url", db.URL, "workers", "--json"))
@@ -56,6 +57,8 @@ func TestWorkersCommand(t *testing.T) {
 	require.Equal(t, "unresponsive", byID[ghost].Status)
 	require.Nil(t, byID[ghost].ListensAt, "registered through pgflow's signature: not listening")
 	require.NotNil(t, byID[leaving].ListensAt)
+	require.Nil(t, byID[ghost].ListenerPID)
+	require.Equal(t, &listener, byID[leaving].ListenerPID, "the session it listens in")
 	require.GreaterOrEqual(t, byID[ghost].HeartbeatAgeSeconds, 600.0)
 	require.Equal(t, "stopping", byID[leaving].Status)
 	require.NotNil(t, byID[leaving].DeprecatedAt)

@@ -15,13 +15,14 @@ import (
 )
 
 // Row is one worker row: a worker id, the queue it serves and, for a worker that listens for notifications, how to
-// learn whether its LISTEN on the row's own channel is in effect.
+// learn whether its LISTEN on the row's own channel is in effect, and in which server session.
 type Row struct {
 	WorkerID string
 	Queue    string
-	// Listening, when not nil, reports whether the row's LISTEN on its own channel (sqlapi.WorkerChannel) is in
-	// effect now, and a channel closed at the next change (notify.Subscription.Listening). nil: never listening.
-	Listening func() (listening bool, changed <-chan struct{})
+	// ListenerPID, when not nil, reports the server process id of the session whose LISTEN on the row's own
+	// channel (sqlapi.WorkerChannel) is in effect now (0: none), and a channel closed at the next change
+	// (notify.Subscription.ListenerPID). nil: never listening.
+	ListenerPID func() (pid uint32, changed <-chan struct{})
 }
 
 // DB is what maintenance needs: queries and transactions (a *pgxpool.Pool).
@@ -30,26 +31,27 @@ type DB interface {
 	sqlapi.TxBeginner
 }
 
-// listening reports the row's listening state now and the channel closed at its next change (nil: never changes).
-func (r Row) listening() (bool, <-chan struct{}) {
-	if r.Listening == nil {
-		return false, nil
+// listenerPID reports the row's listening session now (0: not listening) and the channel closed at its next change
+// (nil: never changes).
+func (r Row) listenerPID() (uint32, <-chan struct{}) {
+	if r.ListenerPID == nil {
+		return 0, nil
 	}
-	return r.Listening()
+	return r.ListenerPID()
 }
 
-// Heartbeat sends a heartbeat for every row every interval until ctx ends, each saying whether the row listens on
-// its own channel now, so the schema wakes a row alone only while its LISTEN is in effect. A change of that state
-// is written at once (one heartbeat of the rows that changed), not at the next interval: a row whose listener
-// connection was lost stops being chosen as soon as the listener notices, and one that listens again is chosen
-// again as soon as its LISTEN succeeded. A row missing from pgflow.workers is registered again (as functionName);
+// Heartbeat sends a heartbeat for every row every interval until ctx ends, each saying in which server session the
+// row listens on its own channel now (if any), so the schema wakes a row alone only while its LISTEN is in effect
+// and its session exists. A change of that state is written at once (one heartbeat of the rows that changed), not
+// at the next interval: a row whose listener connection was lost stops being chosen as soon as the listener
+// notices, and one that listens again, in a new session, is chosen again as soon as its LISTEN succeeded. A row missing from pgflow.workers is registered again (as functionName);
 // onDeprecated is called (once) when the database deprecates a row.
 func Heartbeat(ctx context.Context, db DB, rows []Row, functionName string, interval time.Duration, log *slog.Logger,
 	onDeprecated func()) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	h := &heartbeats{db: db, rows: rows, functionName: functionName, log: log, onDeprecated: onDeprecated,
-		said: make([]*bool, len(rows))}
+		said: make([]*uint32, len(rows))}
 	// One watcher per listening row turns its state changes into kicks (coalesced: a pass reads every row's state
 	// when it runs). Each watcher takes the channel of the next change before it kicks, so a change that happens
 	// while a pass runs kicks again.
@@ -57,7 +59,7 @@ func Heartbeat(ctx context.Context, db DB, rows []Row, functionName string, inte
 	var watchers sync.WaitGroup
 	defer watchers.Wait()
 	for _, r := range rows {
-		_, changed := r.listening()
+		_, changed := r.listenerPID()
 		if changed == nil {
 			continue
 		}
@@ -68,7 +70,7 @@ func Heartbeat(ctx context.Context, db DB, rows []Row, functionName string, inte
 					return
 				case <-changed:
 				}
-				_, changed = r.listening()
+				_, changed = r.listenerPID()
 				select {
 				case kick <- struct{}{}:
 				default:
@@ -97,18 +99,18 @@ type heartbeats struct {
 	log          *slog.Logger
 	onDeprecated func()
 	deprecated   bool
-	said         []*bool // per row, the listening state its last successful heartbeat wrote (nil: none yet)
+	said         []*uint32 // per row, the listener pid its last successful heartbeat wrote (0: none; nil: no heartbeat yet)
 }
 
-// beat sends a heartbeat for every row, or with changedOnly for the rows whose listening state differs from what
+// beat sends a heartbeat for every row, or with changedOnly for the rows whose listening session differs from what
 // their last heartbeat said.
 func (h *heartbeats) beat(ctx context.Context, changedOnly bool) {
 	for i, r := range h.rows {
-		listening, _ := r.listening()
-		if changedOnly && h.said[i] != nil && *h.said[i] == listening {
+		pid, _ := r.listenerPID()
+		if changedOnly && h.said[i] != nil && *h.said[i] == pid {
 			continue
 		}
-		dep, err := sqlapi.HeartbeatWorker(ctx, h.db, r.WorkerID, listening)
+		dep, err := sqlapi.HeartbeatWorker(ctx, h.db, r.WorkerID, pid)
 		if errors.Is(err, sqlapi.ErrWorkerNotRegistered) {
 			h.log.Warn("worker row missing from pgflow.workers; registering again", "worker_id", r.WorkerID, "queue", r.Queue)
 			if err := sqlapi.RegisterWorker(ctx, h.db, r.WorkerID, r.Queue, h.functionName); err != nil {
@@ -118,7 +120,7 @@ func (h *heartbeats) beat(ctx context.Context, changedOnly bool) {
 				continue
 			}
 			// A new registration does not listen: say at once whether this row does.
-			dep, err = sqlapi.HeartbeatWorker(ctx, h.db, r.WorkerID, listening)
+			dep, err = sqlapi.HeartbeatWorker(ctx, h.db, r.WorkerID, pid)
 		}
 		switch {
 		case err != nil:
@@ -131,11 +133,11 @@ func (h *heartbeats) beat(ctx context.Context, changedOnly bool) {
 			h.log.Info("worker deprecated: finishing in-flight tasks and stopping", "worker_id", r.WorkerID, "queue", r.Queue)
 			h.onDeprecated()
 		}
-		if h.said[i] == nil || *h.said[i] != listening {
+		if h.said[i] == nil || *h.said[i] != pid {
 			h.log.Debug("heartbeat: recorded whether the worker listens on its own channel", "worker_id", r.WorkerID,
-				"listening", listening)
+				"listener_pid", pid)
 		}
-		h.said[i] = &listening
+		h.said[i] = &pid
 	}
 }
 

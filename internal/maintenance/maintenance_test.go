@@ -17,35 +17,37 @@ import (
 	"github.com/pgflow-go/pgflow/internal/testutil"
 )
 
-// switchable is a listening state the test sets, with the change channel notify.Subscription.Listening hands out.
+// switchable is a listening session the test sets (0: not listening), with the change channel
+// notify.Subscription.ListenerPID hands out.
 type switchable struct {
 	mu      sync.Mutex
-	on      bool
+	pid     uint32
 	changed chan struct{}
 }
 
 func newSwitchable() *switchable { return &switchable{changed: make(chan struct{})} }
 
-func (s *switchable) Listening() (bool, <-chan struct{}) {
+func (s *switchable) ListenerPID() (uint32, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.on, s.changed
+	return s.pid, s.changed
 }
 
-func (s *switchable) set(on bool) {
+func (s *switchable) set(pid uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.on != on {
-		s.on = on
+	if s.pid != pid {
+		s.pid = pid
 		close(s.changed)
 		s.changed = make(chan struct{})
 	}
 }
 
-// The heartbeat loop writes each change of a row's listening state at once (its interval is an hour here: every
-// write the test sees comes from its first pass or from a change), leaves rows without a listening state as not
-// listening, registers a missing row again and says at once whether it listens, and reports a deprecation found by
-// such a heartbeat once. (A change and its reversal between two passes write nothing: the row already says it.)
+// The heartbeat loop writes each change of a row's listening session at once (its interval is an hour here: every
+// write the test sees comes from its first pass or from a change), also a new session that follows another without
+// a pass seeing it lost, leaves rows without a listening state as not listening, registers a missing row again and
+// says at once whether it listens, and reports a deprecation found by such a heartbeat once. (A change and its
+// reversal between two passes write nothing: the row already says it.)
 func TestHeartbeatWritesListeningChangesAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -55,14 +57,14 @@ func TestHeartbeatWritesListeningChangesAtOnce(t *testing.T) {
 		require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, id, "q", "maintenance-test"))
 	}
 	state := newSwitchable()
-	state.set(true) // listening before the loop starts: its first pass says so
+	state.set(1001) // listening before the loop starts: its first pass says so
 	var deprecations atomic.Int32
 	loop, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		maintenance.Heartbeat(loop, db.Pool, []maintenance.Row{
-			{WorkerID: a, Queue: "q", Listening: state.Listening},
+			{WorkerID: a, Queue: "q", ListenerPID: state.ListenerPID},
 			{WorkerID: b, Queue: "q"},
 		}, "maintenance-test", time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)), func() { deprecations.Add(1) })
 	}()
@@ -70,38 +72,43 @@ func TestHeartbeatWritesListeningChangesAtOnce(t *testing.T) {
 		stop()
 		<-done
 	})
-	listens := func(id string) (exists, listening bool) {
-		err := db.Pool.QueryRow(ctx, `select true, listens_at is not null from pgflow.workers where worker_id = $1`, id).
-			Scan(&exists, &listening)
-		if err != nil {
-			return false, false
+	// listens reports whether the row exists and the listener pid its heartbeats wrote (0: NULL).
+	listens := func(id string) (exists bool, pid uint32) {
+		var got *int32
+		err := db.Pool.QueryRow(ctx, `select true, listener_pid from pgflow.workers where worker_id = $1`, id).
+			Scan(&exists, &got)
+		if err != nil || got == nil {
+			return exists, 0
 		}
-		return exists, listening
+		return exists, uint32(*got)
 	}
-	testutil.WaitFor(t, "the first pass: a listens", func() bool { _, l := listens(a); return l })
-	_, l := listens(b)
-	require.False(t, l, "a row without a listening state never listens")
+	testutil.WaitFor(t, "the first pass: a listens", func() bool { _, p := listens(a); return p == 1001 })
+	_, p := listens(b)
+	require.Zero(t, p, "a row without a listening state never listens")
 
-	state.set(false)
-	testutil.WaitFor(t, "a no longer listens", func() bool { _, l := listens(a); return !l })
-	state.set(true)
-	testutil.WaitFor(t, "a listens again", func() bool { _, l := listens(a); return l })
+	state.set(0)
+	testutil.WaitFor(t, "a no longer listens", func() bool { _, p := listens(a); return p == 0 })
+	state.set(1001)
+	testutil.WaitFor(t, "a listens again", func() bool { _, p := listens(a); return p == 1001 })
+	// A reconnect seen only as a new session (the loss and the new LISTEN between two passes) is written too.
+	state.set(1002)
+	testutil.WaitFor(t, "a listens in its new session", func() bool { _, p := listens(a); return p == 1002 })
 
 	// The row goes missing: the next change finds it unregistered, registers it again and says at once what it is.
 	_, err := db.Pool.Exec(ctx, `delete from pgflow.workers where worker_id = $1`, a)
 	require.NoError(t, err)
-	state.set(false)
+	state.set(0)
 	testutil.WaitFor(t, "a registered again", func() bool { e, _ := listens(a); return e })
-	state.set(true)
-	testutil.WaitFor(t, "a listening again", func() bool { e, l := listens(a); return e && l })
+	state.set(1003)
+	testutil.WaitFor(t, "a listening again", func() bool { e, p := listens(a); return e && p == 1003 })
 	require.Zero(t, deprecations.Load())
 
 	// A deprecation found by a change's heartbeat is reported, once.
 	_, err = db.Pool.Exec(ctx, `update pgflow.workers set deprecated_at = now() where worker_id = $1`, a)
 	require.NoError(t, err)
-	state.set(false)
+	state.set(0)
 	testutil.WaitFor(t, "the deprecation is reported", func() bool { return deprecations.Load() == 1 })
-	state.set(true)
-	testutil.WaitFor(t, "a listens", func() bool { _, l := listens(a); return l })
+	state.set(1004)
+	testutil.WaitFor(t, "a listens", func() bool { _, p := listens(a); return p == 1004 })
 	require.EqualValues(t, 1, deprecations.Load(), "reported once")
 }

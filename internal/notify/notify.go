@@ -461,6 +461,19 @@ func (s *Subscription) Listening() (listening bool, changed <-chan struct{}) {
 	return s.heard, s.changed
 }
 
+// ListenerPID is Listening with the session it listens in: the server process id (pg_backend_pid()) of the
+// connection whose LISTEN for this subscription is in effect now, 0 when Listening would report false. changed is
+// closed at the next change of Listening; a reconnect always changes it twice (lost, then listening again), so a
+// caller that waits on changed sees every new pid.
+func (s *Subscription) ListenerPID() (pid uint32, changed <-chan struct{}) {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	if !s.heard {
+		return 0, s.changed
+	}
+	return s.l.pid, s.changed
+}
+
 // setHeard records what Listening reports and wakes the callers waiting for a change; l.mu is held.
 func (s *Subscription) setHeard(v bool) {
 	if s.heard == v {

@@ -249,3 +249,22 @@ func BinPath(t testing.TB, program string) string {
 	}
 	return p
 }
+
+// SessionPID opens a connection of its own to the test's database, keeps it open until the test ends and returns
+// its server process id: a session that exists, for what needs one (a worker's listener_pid). Terminate it with
+// pg_terminate_backend to play a process that died.
+func (db *DB) SessionPID(t testing.TB) uint32 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatalf("pgtest: connect to %s: %v", db.Name, err)
+	}
+	t.Cleanup(func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	})
+	return conn.PgConn().PID()
+}

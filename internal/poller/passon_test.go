@@ -101,7 +101,7 @@ func startMembers(t *testing.T, db *pgtest.DB, flow, queue string, ids []string,
 			wake.Drain()
 			own.Drain()
 		}
-		stopped = append(stopped, runHeartbeat(loop, db, maintenance.Row{WorkerID: id, Queue: queue, Listening: own.Listening}, log))
+		stopped = append(stopped, runHeartbeat(loop, db, maintenance.Row{WorkerID: id, Queue: queue, ListenerPID: own.ListenerPID}, log))
 
 		comp := completer.New(completer.Config{DB: db.Pool, Logger: log, QueueSize: slots, HardStop: ctx, Calls: ctx, Base: ctx})
 		run := func(context.Context, *taskrun.Env) (json.RawMessage, error) {

@@ -62,7 +62,7 @@ func TestDeferredCallsNotifyOnlyWhenSent(t *testing.T) {
 	const worker = "11111111-1111-4111-8111-111111111111"
 	collect := listenAll(t, db.URL, "pgflow", "pgflow:queue:chain", sqlapi.WorkerChannel(worker))
 	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, worker, "chain", "pgflow-go"))
-	_, err := sqlapi.HeartbeatWorker(ctx, db.Pool, worker, true)
+	_, err := sqlapi.HeartbeatWorker(ctx, db.Pool, worker, db.SessionPID(t))
 	require.NoError(t, err)
 	// The queue has an alive listening worker: read-now wakes go to it alone (targeted wake), fail_task's to the
 	// queue.

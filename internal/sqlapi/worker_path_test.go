@@ -68,18 +68,22 @@ func TestWorkerRegistrationHeartbeatAndStop(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
 
-	_, err := sqlapi.HeartbeatWorker(ctx, db.Pool, workerA, true)
+	listener := db.SessionPID(t)
+	_, err := sqlapi.HeartbeatWorker(ctx, db.Pool, workerA, listener)
 	require.ErrorIs(t, err, sqlapi.ErrWorkerNotRegistered)
 	require.ErrorContains(t, err, workerA)
 
 	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, workerA, "q1", "pgflow-go"))
-	dep, err := sqlapi.HeartbeatWorker(ctx, db.Pool, workerA, true)
+	dep, err := sqlapi.HeartbeatWorker(ctx, db.Pool, workerA, listener)
 	require.NoError(t, err)
 	require.False(t, dep)
 	w, err := sqlapi.GetWorker(ctx, db.Pool, workerA)
 	require.NoError(t, err)
 	require.NotNil(t, w.ListensAt, "a listening heartbeat records since when the worker listens")
-	_, err = sqlapi.HeartbeatWorker(ctx, db.Pool, workerA, false)
+	var pid uint32
+	require.NoError(t, db.Pool.QueryRow(ctx, `select listener_pid from pgflow.workers where worker_id = $1`, workerA).Scan(&pid))
+	require.Equal(t, listener, pid, "and in which session")
+	_, err = sqlapi.HeartbeatWorker(ctx, db.Pool, workerA, 0)
 	require.NoError(t, err)
 	w, err = sqlapi.GetWorker(ctx, db.Pool, workerA)
 	require.NoError(t, err)
@@ -87,7 +91,7 @@ func TestWorkerRegistrationHeartbeatAndStop(t *testing.T) {
 
 	_, err = db.Pool.Exec(ctx, `update pgflow.workers set deprecated_at = now() where worker_id = $1`, workerA)
 	require.NoError(t, err)
-	dep, err = sqlapi.HeartbeatWorker(ctx, db.Pool, workerA, false)
+	dep, err = sqlapi.HeartbeatWorker(ctx, db.Pool, workerA, 0)
 	require.NoError(t, err)
 	require.True(t, dep)
 

@@ -25,7 +25,9 @@ type WorkerRow struct {
 	StoppedAt       *time.Time
 	// ListensAt is since when the worker has listened on its own channel (schema v0.20.0), nil when it does not:
 	// only such workers are woken alone by the schema.
-	ListensAt    *time.Time
+	ListensAt *time.Time
+	// ListenerPID is the server process id of the session it listens in (schema v0.20.0), 0 when it does not.
+	ListenerPID  uint32
 	HeartbeatAge time.Duration // database now() - last_heartbeat_at
 	RunningTasks int64         // its step_tasks with status 'started'
 }
@@ -47,7 +49,7 @@ func (w WorkerRow) Status(staleAfter time.Duration) string {
 
 const listWorkersSQL = `
 select w.worker_id::text, w.queue_name, w.function_name, w.started_at, w.last_heartbeat_at, w.deprecated_at,
-  w.stopped_at, w.listens_at, greatest(extract(epoch from (now() - w.last_heartbeat_at)), 0)::float8,
+  w.stopped_at, w.listens_at, coalesce(w.listener_pid, 0), greatest(extract(epoch from (now() - w.last_heartbeat_at)), 0)::float8,
   (select count(*) from pgflow.step_tasks as t where t.last_worker_id = w.worker_id and t.status = 'started')
 from pgflow.workers as w
 where ($1::float8 is null or w.last_heartbeat_at >= now() - make_interval(secs => $1::float8))
@@ -82,7 +84,7 @@ func listWorkers(ctx context.Context, db DBTX, secs, id any) ([]WorkerRow, error
 		var w WorkerRow
 		var age float64
 		err := row.Scan(&w.WorkerID, &w.QueueName, &w.FunctionName, &w.StartedAt, &w.LastHeartbeatAt,
-			&w.DeprecatedAt, &w.StoppedAt, &w.ListensAt, &age, &w.RunningTasks)
+			&w.DeprecatedAt, &w.StoppedAt, &w.ListensAt, &w.ListenerPID, &age, &w.RunningTasks)
 		w.HeartbeatAge = time.Duration(age * float64(time.Second))
 		return w, err
 	})
@@ -108,19 +110,25 @@ func RegisterWorker(ctx context.Context, db DBTX, workerID, queueName, functionN
 	return nil
 }
 
-// HeartbeatWorker calls pgflow.heartbeat_worker(worker_id, listening) and returns true when the worker has been
-// deprecated. listening says whether the worker's LISTEN on its own channel (WorkerChannel) is in effect now: only
-// then may pgflow._wake_queue wake it alone (schema v0.20.0). An unregistered worker yields an error wrapping
+// HeartbeatWorker calls pgflow.heartbeat_worker(worker_id, listener_pid) and returns true when the worker has been
+// deprecated. listenerPID is the server process id of the session whose LISTEN on the worker's own channel
+// (WorkerChannel) is in effect now, 0 when there is none: pgflow._wake_queue wakes the worker alone only while it
+// listens and that session exists (schema v0.20.0). An unregistered worker yields an error wrapping
 // ErrWorkerNotRegistered.
-func HeartbeatWorker(ctx context.Context, db DBTX, workerID string, listening bool) (deprecated bool, err error) {
-	err = db.QueryRow(ctx, `select pgflow.heartbeat_worker(worker_id => $1::uuid, listening => $2::boolean)`,
-		workerID, listening).Scan(&deprecated)
+func HeartbeatWorker(ctx context.Context, db DBTX, workerID string, listenerPID uint32) (deprecated bool, err error) {
+	var pid *int32 // NULL: not listening
+	if listenerPID != 0 {
+		p := int32(listenerPID) //nolint:gosec // a server pid fits an integer: PostgreSQL stores them as int4
+		pid = &p
+	}
+	err = db.QueryRow(ctx, `select pgflow.heartbeat_worker(worker_id => $1::uuid, listener_pid => $2::integer)`,
+		workerID, pid).Scan(&deprecated)
 	if err != nil {
 		if pgerr.Code(err) == "P0002" { // no_data_found, raised by heartbeat_worker
-			return false, fmt.Errorf("pgflow.heartbeat_worker(worker %s, listening %t): %w: %w", workerID, listening,
+			return false, fmt.Errorf("pgflow.heartbeat_worker(worker %s, listener pid %d): %w: %w", workerID, listenerPID,
 				ErrWorkerNotRegistered, err)
 		}
-		return false, fmt.Errorf("pgflow.heartbeat_worker(worker %s, listening %t): %w", workerID, listening, err)
+		return false, fmt.Errorf("pgflow.heartbeat_worker(worker %s, listener pid %d): %w", workerID, listenerPID, err)
 	}
 	return deprecated, nil
 }

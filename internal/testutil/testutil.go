@@ -7,10 +7,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
@@ -148,4 +150,41 @@ func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Notifications listens on channels on a connection of its own and returns a function that collects the
+// notifications ("<channel> <payload>") delivered so far, waiting for a marker sent after them.
+func Notifications(t testing.TB, url string, channels ...string) func() []string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	const marker = "test:marker"
+	for _, ch := range append([]string{marker}, channels...) {
+		_, err := conn.Exec(ctx, "listen "+pgx.Identifier{ch}.Sanitize())
+		require.NoError(t, err)
+	}
+	return func() []string {
+		token := fmt.Sprintf("marker %d", time.Now().UnixNano())
+		sender, err := pgx.Connect(ctx, url)
+		require.NoError(t, err)
+		defer sender.Close(context.Background())
+		_, err = sender.Exec(ctx, `select pg_notify($1, $2)`, marker, token)
+		require.NoError(t, err)
+		wctx, cancel := context.WithTimeout(ctx, WaitTimeout)
+		defer cancel()
+		var got []string
+		for {
+			n, err := conn.WaitForNotification(wctx)
+			require.NoError(t, err)
+			if n.Channel == marker {
+				if n.Payload == token {
+					return got
+				}
+				continue
+			}
+			got = append(got, n.Channel+" "+n.Payload)
+		}
+	}
 }

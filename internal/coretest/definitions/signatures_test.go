@@ -31,7 +31,7 @@ func TestDefinitionFunctionSignatures(t *testing.T) {
 		"delete_flow_and_data(p_flow_slug text) void volatile",
 		"ensure_flow_compiled(flow_slug text, shape jsonb, allow_data_loss boolean DEFAULT false, " +
 			"queue_mode text DEFAULT NULL::text, message_retention text DEFAULT NULL::text) jsonb volatile",
-		"heartbeat_worker(worker_id uuid, listening boolean DEFAULT false) boolean volatile",
+		"heartbeat_worker(worker_id uuid, listener_pid integer DEFAULT NULL::integer) boolean volatile",
 		"is_local() boolean stable parallel-safe",
 		"is_valid_slug(slug text) boolean immutable",
 		"mark_worker_stopped(worker_id uuid) void volatile",

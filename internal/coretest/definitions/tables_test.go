@@ -47,7 +47,7 @@ func TestTableColumns(t *testing.T) {
 		"workers": "worker_id uuid NOT NULL, queue_name text NOT NULL, function_name text NOT NULL, " +
 			"started_at timestamp with time zone NOT NULL now(), deprecated_at timestamp with time zone, " +
 			"last_heartbeat_at timestamp with time zone NOT NULL now(), stopped_at timestamp with time zone, " +
-			"listens_at timestamp with time zone",
+			"listens_at timestamp with time zone, listener_pid integer",
 		"worker_functions": "function_name text NOT NULL, enabled boolean NOT NULL true, " +
 			"debounce interval NOT NULL '00:00:06'::interval, last_invoked_at timestamp with time zone, " +
 			"created_at timestamp with time zone NOT NULL now(), updated_at timestamp with time zone NOT NULL now()",
@@ -102,7 +102,7 @@ func TestConstraintAndIndexNames(t *testing.T) {
 			"output_valid_only_for_completed started_at_is_after_queued_at " +
 			"step_tasks_last_worker_id_fkey step_tasks_pkey step_tasks_queue_name_is_valid " +
 			"step_tasks_queue_name_message_id_key step_tasks_run_id_step_slug_fkey valid_status",
-		"workers":          "workers_pkey",
+		"workers":          "workers_listener_pid_with_listens_at workers_pkey",
 		"worker_functions": "worker_functions_debounce_check worker_functions_pkey",
 		"schedules": "schedules_cron_not_empty schedules_flow_slug_fkey schedules_max_catch_up_in_range " +
 			"schedules_missed_is_valid schedules_name_is_valid schedules_paused_at_only_when_paused schedules_pkey",

@@ -75,10 +75,12 @@ func TestHeartbeatWorker(t *testing.T) {
 	require.Contains(t, pgErr.Hint, "pgflow.register_worker")
 }
 
-// The heartbeat says whether the worker listens on its own channel (v0.20.0): listens_at is set by the first
-// listening heartbeat and kept by the next ones (since when it listens), cleared by a heartbeat that does not
-// listen, by pgflow's one-argument form (TypeScript workers never count as listening) and by registering again.
-// An unregistered id still raises and writes nothing.
+// The heartbeat says whether, and in which session, the worker listens on its own channel (v0.20.0): listener_pid
+// is what the last heartbeat said; listens_at is set by the first listening heartbeat and kept by the next ones from
+// the same session (since when it listens), set again by one from a new session, cleared with listener_pid by a
+// heartbeat that does not listen, by pgflow's one-argument form (TypeScript workers never count as listening) and
+// by registering again. A pid that cannot be a server's is refused; an unregistered id still raises and writes
+// nothing.
 func TestHeartbeatWorkerRecordsListening(t *testing.T) {
 	t.Parallel()
 	pool := newDB(t)
@@ -89,37 +91,61 @@ func TestHeartbeatWorkerRecordsListening(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, `select listens_at from pgflow.workers where worker_id = $1`, workerID).Scan(&at))
 		return at
 	}
+	listenerPID := func() *int32 {
+		var pid *int32
+		require.NoError(t, pool.QueryRow(ctx, `select listener_pid from pgflow.workers where worker_id = $1`, workerID).Scan(&pid))
+		return pid
+	}
 	require.Nil(t, listensAt(), "a registered worker does not listen until its heartbeat says so")
+	require.Nil(t, listenerPID())
 
-	require.False(t, queryVal[bool](t, pool, `select pgflow.heartbeat_worker($1, listening => true)`, workerID))
+	require.False(t, queryVal[bool](t, pool, `select pgflow.heartbeat_worker($1, listener_pid => 4242)`, workerID))
 	first := listensAt()
 	require.NotNil(t, first)
+	require.Equal(t, int32(4242), *listenerPID())
 	require.True(t, queryVal[bool](t, pool,
 		`select listens_at = last_heartbeat_at from pgflow.workers where worker_id = $1`, workerID),
 		"the first listening heartbeat sets listens_at to its own time")
-	mustExec(t, pool, `select pgflow.heartbeat_worker($1, true)`, workerID)
-	require.Equal(t, *first, *listensAt(), "later listening heartbeats keep the time since which it listens")
+	mustExec(t, pool, `select pgflow.heartbeat_worker($1, 4242)`, workerID)
+	require.Equal(t, *first, *listensAt(), "later heartbeats from the same session keep the time since which it listens")
 	require.True(t, queryVal[bool](t, pool,
 		`select last_heartbeat_at > listens_at from pgflow.workers where worker_id = $1`, workerID),
 		"the heartbeat itself was recorded")
+	mustExec(t, pool, `select pgflow.heartbeat_worker($1, 4343)`, workerID)
+	require.Equal(t, int32(4343), *listenerPID())
+	require.True(t, listensAt().After(*first), "a new listening session starts the time again")
 
 	for _, call := range []string{
-		`select pgflow.heartbeat_worker($1, false)`,
 		`select pgflow.heartbeat_worker($1, null)`,
 		`select pgflow.heartbeat_worker($1)`,
 		`select pgflow.heartbeat_worker(worker_id => $1)`,
 	} {
-		mustExec(t, pool, `select pgflow.heartbeat_worker($1, true)`, workerID)
+		mustExec(t, pool, `select pgflow.heartbeat_worker($1, 4242)`, workerID)
 		require.NotNil(t, listensAt())
 		mustExec(t, pool, call, workerID)
 		require.Nil(t, listensAt(), "%s: not listening", call)
+		require.Nil(t, listenerPID(), "%s: in no session", call)
 	}
 
-	mustExec(t, pool, `select pgflow.heartbeat_worker($1, true)`, workerID)
+	// A pid that cannot be a server process is refused, naming it, and changes nothing.
+	mustExec(t, pool, `select pgflow.heartbeat_worker($1, 4242)`, workerID)
+	before := queryVal[string](t, pool, `select row(w.*)::text from pgflow.workers as w where worker_id = $1`, workerID)
+	for _, bad := range []string{"0", "-7"} {
+		err := execErr(pool, `select pgflow.heartbeat_worker($1, `+bad+`)`, workerID)
+		requirePgError(t, err, "22023", `listener_pid `+bad+` is not a server process id`)
+	}
+	require.Equal(t, before, queryVal[string](t, pool, `select row(w.*)::text from pgflow.workers as w where worker_id = $1`, workerID))
+
 	mustExec(t, pool, `select pgflow.register_worker($1, 'my_flow', 'my_fn')`, workerID)
 	require.Nil(t, listensAt(), "registering again starts a life that does not listen yet")
+	require.Nil(t, listenerPID())
 
-	err := execErr(pool, `select pgflow.heartbeat_worker('22222222-2222-2222-2222-222222222222', true)`)
+	// The two columns go together: NULL exactly together, whoever writes the row.
+	err := execErr(pool, `update pgflow.workers set listens_at = now() where worker_id = $1`, workerID)
+	requirePgError(t, err, "23514",
+		`new row for relation "workers" violates check constraint "workers_listener_pid_with_listens_at"`)
+
+	err = execErr(pool, `select pgflow.heartbeat_worker('22222222-2222-2222-2222-222222222222', 4242)`)
 	requirePgError(t, err, "P0002", `Worker 22222222-2222-2222-2222-222222222222 is not registered`)
 	require.Equal(t, 1, count(t, pool, `select 1 from pgflow.workers`))
 }

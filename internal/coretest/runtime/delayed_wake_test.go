@@ -41,7 +41,7 @@ func TestFailTaskRetryDelay(t *testing.T) {
 
 	collect := queueNotifications(t, d.URL, "rd")
 	// The worker that claimed says it listens on its own channel: read-now wakes go to it alone.
-	fx.Exec(t, db, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, fx.DefaultWorker)
+	fx.Exec(t, db, `select pgflow.heartbeat_worker($1::uuid, listener_pid => pg_catalog.pg_backend_pid())`, fx.DefaultWorker)
 	collectWorker := channelNotifications(t, d.URL, workerChannel(fx.DefaultWorker))
 	require.Equal(t, "queued", fx.Val[string](t, db,
 		"select status from pgflow.fail_task($1::uuid, 'a', 0, 'slow down', attempt => 1, retry_delay => 7)", run.RunID))

@@ -68,7 +68,7 @@ func TestStartingStepsNotifiesTheQueueOncePerTransaction(t *testing.T) {
 	require.Len(t, tasks, 2)
 	// Claiming registered the queue's (alive) default worker; once its heartbeat says it listens on its own channel,
 	// wakes go to it alone.
-	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, fx.DefaultWorker)
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listener_pid => pg_catalog.pg_backend_pid())`, fx.DefaultWorker)
 	collectWorker := channelNotifications(t, db.URL, workerChannel(fx.DefaultWorker))
 	completeTasks(t, db.Pool, outputsFor(tasks, func(fx.Task) string { return `1` }))
 	require.Equal(t, []note{{workerChannel(fx.DefaultWorker), ""}}, collectWorker(),
@@ -138,10 +138,10 @@ func TestWakeTargetsOneAliveWorker(t *testing.T) {
 	)
 	for _, id := range append(append([]string{}, alive...), stopped, deprecated, stale) {
 		fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'target', 'pgflow-go')`, id)
-		fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, id)
+		fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listener_pid => pg_catalog.pg_backend_pid())`, id)
 	}
 	fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'other', 'pgflow-go')`, otherQueue)
-	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, otherQueue)
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listener_pid => pg_catalog.pg_backend_pid())`, otherQueue)
 	fx.Exec(t, db.Pool, `select pgflow.mark_worker_stopped($1::uuid)`, stopped)
 	fx.Exec(t, db.Pool, `update pgflow.workers set deprecated_at = now() where worker_id = $1::uuid`, deprecated)
 	fx.Exec(t, db.Pool, `update pgflow.workers set last_heartbeat_at = now() - interval '31 seconds'
@@ -173,7 +173,7 @@ func TestWakeTargetsOneAliveWorker(t *testing.T) {
 
 	// Delayed messages are still announced on the queue channel (every worker remembers their time).
 	fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'later', 'pgflow-go')`, alive[0])
-	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, alive[0])
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listener_pid => pg_catalog.pg_backend_pid())`, alive[0])
 	fx.Exec(t, db.Pool, `select pgflow.start_flow('later', '{}')`)
 	got := collect()
 	require.Len(t, got, 1)
@@ -188,7 +188,7 @@ func TestWakeTargetsOneAliveWorker(t *testing.T) {
 	require.Equal(t, []note{{"pgflow:queue:target", ""}}, collect(), "no alive worker: the queue channel")
 
 	// A heartbeat makes a worker alive again.
-	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, stale)
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listener_pid => pg_catalog.pg_backend_pid())`, stale)
 	fx.Exec(t, db.Pool, `select pgflow.start_flow('target', '{}')`)
 	require.Equal(t, []note{{workerChannel(stale), ""}}, collect(), "the only alive worker")
 }
@@ -212,9 +212,9 @@ func TestWakeNeverTargetsAWorkerThatDoesNotListen(t *testing.T) {
 		fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'mixed', 'test')`, id)
 	}
 	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid)`, typescript)
-	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, lost)
-	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => false)`, lost)
-	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, restarted)
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listener_pid => pg_catalog.pg_backend_pid())`, lost)
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listener_pid => null)`, lost)
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listener_pid => pg_catalog.pg_backend_pid())`, restarted)
 	fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'mixed', 'test')`, restarted)
 	collect := channelNotifications(t, db.URL, workerChannel(typescript), workerChannel(lost), workerChannel(restarted),
 		workerChannel(listener), "pgflow:queue:mixed")
@@ -229,14 +229,14 @@ func TestWakeNeverTargetsAWorkerThatDoesNotListen(t *testing.T) {
 	}
 
 	// One listens: it alone is told, every time (the three others are never chosen).
-	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, listener)
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listener_pid => pg_catalog.pg_backend_pid())`, listener)
 	for i := range 20 {
 		fx.Exec(t, db.Pool, `select pgflow.start_flow('mixed', '{}')`)
 		require.Equal(t, []note{{workerChannel(listener), ""}}, collect(), "start %d: the only listening worker", i)
 	}
 
 	// Its next heartbeat says it stopped listening: broadcast again.
-	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listening => false)`, listener)
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listener_pid => null)`, listener)
 	fx.Exec(t, db.Pool, `select pgflow.start_flow('mixed', '{}')`)
 	require.Equal(t, []note{{"pgflow:queue:mixed", ""}}, collect(), "it stopped listening")
 
@@ -253,9 +253,66 @@ func TestWakeNeverTargetsAWorkerThatDoesNotListen(t *testing.T) {
 		select w.worker_id from pgflow.workers as w
 		 where w.queue_name = 'mixed' and w.stopped_at is null and w.deprecated_at is null and w.listens_at is not null
 		   and w.last_heartbeat_at >= clock_timestamp() - interval '30 seconds'
+		   and exists (select from pg_catalog.pg_stat_get_activity(w.listener_pid) as a)
 		 order by pg_catalog.random() limit 1`)
 	require.NoError(t, err)
 	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Contains(t, strings.Join(plan, "\n"), "idx_workers_listening")
+}
+
+// A worker killed without stopping keeps a recent heartbeat for up to 30 s, but the session it listened in ended
+// with it: a read-now wake never goes to a worker whose listener_pid is not a server process any more. It goes to
+// another listening worker of the queue, or to the queue channel when none is left.
+func TestWakeSkipsAWorkerWhoseListeningSessionEnded(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := fx.Ctx(t)
+	fx.Exec(t, db.Pool, "select pgflow.create_flow('gone')")
+	fx.Exec(t, db.Pool, "select pgflow.add_step('gone', 'only')")
+	const dead, live = "f0000000-0000-4000-8000-000000000001", "f0000000-0000-4000-8000-000000000002"
+	// session opens a connection that stands for a worker's listener and returns its server pid.
+	session := func() uint32 {
+		conn, err := pgx.Connect(ctx, db.URL)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close(context.Background()) })
+		return conn.PgConn().PID()
+	}
+	// kill ends a session as a crash would, and waits until the server no longer lists it.
+	kill := func(pid uint32) {
+		require.True(t, fx.Val[bool](t, db.Pool, `select pg_catalog.pg_terminate_backend($1::integer)`, pid))
+		require.Eventually(t, func() bool {
+			return !fx.Val[bool](t, db.Pool, `select exists (select from pg_catalog.pg_stat_activity where pid = $1::integer)`, pid)
+		}, time.Minute, 10*time.Millisecond, "session %d ends", pid)
+	}
+	deadSession, liveSession := session(), session()
+	for id, pid := range map[string]uint32{dead: deadSession, live: liveSession} {
+		fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'gone', 'pgflow-go')`, id)
+		fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listener_pid => $2::integer)`, id, pid)
+	}
+	collect := channelNotifications(t, db.URL, workerChannel(dead), workerChannel(live), "pgflow:queue:gone")
+
+	// While both sessions exist, both workers are chosen (the check lets a live session through).
+	chosen := map[string]int{}
+	for range 30 {
+		fx.Exec(t, db.Pool, `select pgflow.start_flow('gone', '{}')`)
+		got := collect()
+		require.Len(t, got, 1)
+		chosen[got[0].Channel]++
+	}
+	// Chance that 30 random choices between 2 all pick the same worker: 2 * 2^-30.
+	require.Len(t, chosen, 2, "both listening workers are chosen: %v", chosen)
+
+	kill(deadSession)
+	require.Equal(t, int64(2), fx.Val[int64](t, db.Pool, `select count(*) from pgflow.workers
+		where queue_name = 'gone' and stopped_at is null and deprecated_at is null and listens_at is not null
+		  and last_heartbeat_at >= now() - interval '30 seconds'`), "both still look alive by their heartbeats")
+	for i := range 20 {
+		fx.Exec(t, db.Pool, `select pgflow.start_flow('gone', '{}')`)
+		require.Equal(t, []note{{workerChannel(live), ""}}, collect(), "start %d: the worker whose session exists", i)
+	}
+
+	kill(liveSession)
+	fx.Exec(t, db.Pool, `select pgflow.start_flow('gone', '{}')`)
+	require.Equal(t, []note{{"pgflow:queue:gone", ""}}, collect(), "no listening session left: the queue channel")
 }

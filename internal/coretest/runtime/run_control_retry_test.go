@@ -36,7 +36,7 @@ func TestRetryRunResumesAFailedChain(t *testing.T) {
 	firstState := rowJSON(t, db, "select to_jsonb(s) from pgflow.step_states s where run_id = $1::uuid and step_slug = 'first'", run.RunID)
 	firstTask := rowJSON(t, db, "select to_jsonb(t) from pgflow.step_tasks t where run_id = $1::uuid and step_slug = 'first'", run.RunID)
 	// The worker that claimed says it listens on its own channel: read-now wakes go to it alone.
-	fx.Exec(t, db, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, fx.DefaultWorker)
+	fx.Exec(t, db, `select pgflow.heartbeat_worker($1::uuid, listener_pid => pg_catalog.pg_backend_pid())`, fx.DefaultWorker)
 	collect := channelNotifications(t, d.URL, "pgflow:queue:chain", workerChannel(fx.DefaultWorker))
 
 	var status string

@@ -9,7 +9,7 @@ import (
 	fx "github.com/pgflow-go/pgflow/internal/coretest/fixture"
 )
 
-// Upgrading to v0.20.0 replaces heartbeat_worker(uuid) by heartbeat_worker(uuid, listening boolean default false):
+// Upgrading to v0.20.0 replaces heartbeat_worker(uuid) by heartbeat_worker(uuid, listener_pid integer default null):
 // a role that could heartbeat before still can, with one argument (pgflow's call) and with two; a role that could
 // not (PUBLIC's right was revoked) gets nothing. Existing workers count as not listening until a heartbeat says they do.
 func TestUpgradeToV020KeepsHeartbeatGrants(t *testing.T) {
@@ -33,7 +33,7 @@ func TestUpgradeToV020KeepsHeartbeatGrants(t *testing.T) {
 	var deprecated bool
 	require.NoError(t, as.QueryRow(ctx, `select pgflow.heartbeat_worker($1::uuid)`, worker).Scan(&deprecated))
 	require.NoError(t, as.QueryRow(ctx, `select pgflow.heartbeat_worker(worker_id => $1::uuid)`, worker).Scan(&deprecated))
-	require.NoError(t, as.QueryRow(ctx, `select pgflow.heartbeat_worker($1::uuid, listening => true)`, worker).Scan(&deprecated))
+	require.NoError(t, as.QueryRow(ctx, `select pgflow.heartbeat_worker($1::uuid, listener_pid => pg_catalog.pg_backend_pid())`, worker).Scan(&deprecated))
 	require.NotNil(t, fx.Val[*string](t, db.Pool, `select listens_at::text from pgflow.workers where worker_id = $1::uuid`, worker))
 
 	other := connectAs(t, db.URL, bystander)

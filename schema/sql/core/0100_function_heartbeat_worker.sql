@@ -1,4 +1,4 @@
-create or replace function pgflow.heartbeat_worker(worker_id uuid, listening boolean default false)
+create or replace function pgflow.heartbeat_worker(worker_id uuid, listener_pid integer default null)
 returns boolean
 language plpgsql
 volatile
@@ -7,12 +7,25 @@ as $$
 declare
   v_deprecated boolean;
 begin
-  -- Every heartbeat restates whether the worker listens on its own channel, so a worker that lost its LISTEN
+  if heartbeat_worker.listener_pid <= 0 then
+    raise exception using
+      errcode = '22023',
+      message = format('listener_pid %s is not a server process id', heartbeat_worker.listener_pid),
+      hint = 'Pass pg_backend_pid() of the session that listens on the worker''s channel, or NULL when none does.';
+  end if;
+
+  -- Every heartbeat restates where the worker listens on its own channel, so a worker that lost its LISTEN
   -- connection stops being woken alone at its next heartbeat even if it could not say so at once, and pgflow's
-  -- one-argument callers (which know nothing of that channel) always count as not listening.
+  -- one-argument callers (which know nothing of that channel) always count as not listening. listens_at starts
+  -- again with a new listening session: it tells since when the current one has listened.
   update pgflow.workers as w
   set last_heartbeat_at = c.ts,
-      listens_at = case when heartbeat_worker.listening then coalesce(w.listens_at, c.ts) end
+      listens_at = case
+                     when heartbeat_worker.listener_pid is null then null
+                     when w.listener_pid = heartbeat_worker.listener_pid then coalesce(w.listens_at, c.ts)
+                     else c.ts
+                   end,
+      listener_pid = heartbeat_worker.listener_pid
   from (select clock_timestamp() as ts) as c
   where w.worker_id = heartbeat_worker.worker_id
   returning w.deprecated_at is not null into v_deprecated;
@@ -28,15 +41,17 @@ begin
 end;
 $$;
 
-comment on function pgflow.heartbeat_worker(worker_id uuid, listening boolean) is $doc$
-pgflow.heartbeat_worker(worker_id, listening => false) guarantees: records that the worker is alive
+comment on function pgflow.heartbeat_worker(worker_id uuid, listener_pid integer) is $doc$
+pgflow.heartbeat_worker(worker_id, listener_pid => NULL) guarantees: records that the worker is alive
 (last_heartbeat_at = clock_timestamp()) and returns true when the worker has been deprecated and should finish its
 in-flight work and exit, false otherwise. An unregistered worker_id raises (SQLSTATE P0002) naming the id, so the
 worker can register again instead of heartbeating into nothing.
-Since v0.20.0 it also records whether the worker listens on its own channel 'pgflow:w:<worker_id>' now (see
-pgflow._wake_queue): listening true keeps listens_at when it is set and sets it to the same clock_timestamp()
-otherwise (listens_at = since when the worker has listened without interruption, as its heartbeats report);
-listening false or NULL, and pgflow's one-argument call, set listens_at to NULL. A worker says true only while its
-LISTEN on that channel is in effect. The same id and row as before v0.20.0; the second argument is optional, so
-pgflow's heartbeat_worker(worker_id) calls keep working unchanged.
+Since v0.20.0 it also records whether, and in which session, the worker listens on its own channel
+'pgflow:w:<worker_id>' now (see pgflow._wake_queue): listener_pid is the server process id (pg_backend_pid()) of
+the session whose LISTEN on that channel is in effect, NULL when there is none. It is stored in listener_pid;
+listens_at keeps its value while the pid stays the same and is set to the same clock_timestamp() otherwise (since
+when the current listening session has listened, as the heartbeats report); NULL, and pgflow's one-argument call,
+set both to NULL. A listener_pid of 0 or less raises 22023 naming the value and changes nothing. The same id and
+row as before v0.20.0; the second argument is optional, so pgflow's heartbeat_worker(worker_id) calls keep working
+unchanged.
 $doc$;

@@ -16,7 +16,8 @@ as $$
     last_heartbeat_at = excluded.last_heartbeat_at,
     deprecated_at = null,
     stopped_at = null,
-    listens_at = null
+    listens_at = null,
+    listener_pid = null
   returning w.*;
 $$;
 
@@ -24,7 +25,7 @@ comment on function pgflow.register_worker(worker_id uuid, queue_name text, func
 pgflow.register_worker(worker_id, queue_name, function_name) guarantees: a workers row for worker_id exists
 afterwards and describes a live worker: queue_name and function_name as given, started_at and
 last_heartbeat_at = clock_timestamp(), deprecated_at and stopped_at NULL (registering again starts a new life
-of the same id), and listens_at NULL (since v0.20.0: a new life does not listen on its own channel until its
-heartbeat says so, pgflow.heartbeat_worker(worker_id, listening => true)). Returns the row. Must run before the
+of the same id), and listens_at and listener_pid NULL (since v0.20.0: a new life does not listen on its own channel until
+its heartbeat says so, pgflow.heartbeat_worker(worker_id, listener_pid => pid)). Returns the row. Must run before the
 worker claims tasks (step_tasks.last_worker_id references it).
 $doc$;

@@ -138,20 +138,26 @@ alter table pgflow.steps
 -- their own channel (listens_at; a constant-free nullable column: no table rewrite, every existing row counts as
 -- not listening until its next heartbeat says otherwise). Rows of stopped, deprecated and non-listening workers are
 -- never chosen, so only the others are indexed, by queue and heartbeat.
-alter table pgflow.workers add column listens_at timestamptz;
+alter table pgflow.workers
+  add column listens_at timestamptz,
+  add column listener_pid integer,
+  add constraint workers_listener_pid_with_listens_at check ((listens_at is null) = (listener_pid is null));
 
 comment on column pgflow.workers.listens_at is
-  'Since when the worker has listened on its own channel pgflow:w:<worker_id>, as its heartbeats report (pgflow.heartbeat_worker(worker_id, listening => true)); NULL = it does not listen there (or does not say: pgflow''s TypeScript worker, a PollOnly or older Go worker, a Go worker whose LISTEN connection is down). Only such workers are woken alone by pgflow._wake_queue. A time rather than a boolean: it costs the same, stays NULL for every row written by pgflow''s own functions, and shows operators when a worker''s listener last (re)connected.';
+  'Since when the worker has listened on its own channel pgflow:w:<worker_id> from the session listener_pid, as its heartbeats report (pgflow.heartbeat_worker(worker_id, listener_pid => pid)); NULL = it does not listen there (or does not say: pgflow''s TypeScript worker, a PollOnly or older Go worker, a Go worker whose LISTEN connection is down). Only such workers are woken alone by pgflow._wake_queue. A time rather than a boolean: it costs the same, stays NULL for every row written by pgflow''s own functions, and shows operators when a worker''s listener last (re)connected.';
+
+comment on column pgflow.workers.listener_pid is
+  'The server process id (pg_backend_pid()) of the session in which the worker listens on its own channel, as its last heartbeat reported; NULL exactly when listens_at is NULL. pgflow._wake_queue wakes the worker alone only while that process exists (pg_stat_activity), so a worker that died without stopping (killed, crashed) is not chosen for the up to 30 s its last heartbeat still counts: its connection ends with it.';
 
 create index idx_workers_listening on pgflow.workers (queue_name, last_heartbeat_at)
   where stopped_at is null and deprecated_at is null and listens_at is not null;
 
--- heartbeat_worker gains an optional second argument (listening, default false): the new form is created next to
+-- heartbeat_worker gains an optional second argument (listener_pid, default NULL): the new form is created next to
 -- pgflow's one-argument form, receives the EXECUTE grants of the old one (PUBLIC's included, or not), and the old
--- one is dropped (a call with one argument would otherwise be ambiguous). register_worker clears listens_at (a new
--- life does not listen yet).
+-- one is dropped (a call with one argument would otherwise be ambiguous). register_worker clears listens_at and
+-- listener_pid (a new life does not listen yet).
 -- generated from sql/core: 0100_function_heartbeat_worker.sql
-create or replace function pgflow.heartbeat_worker(worker_id uuid, listening boolean default false)
+create or replace function pgflow.heartbeat_worker(worker_id uuid, listener_pid integer default null)
 returns boolean
 language plpgsql
 volatile
@@ -160,12 +166,25 @@ as $$
 declare
   v_deprecated boolean;
 begin
-  -- Every heartbeat restates whether the worker listens on its own channel, so a worker that lost its LISTEN
+  if heartbeat_worker.listener_pid <= 0 then
+    raise exception using
+      errcode = '22023',
+      message = format('listener_pid %s is not a server process id', heartbeat_worker.listener_pid),
+      hint = 'Pass pg_backend_pid() of the session that listens on the worker''s channel, or NULL when none does.';
+  end if;
+
+  -- Every heartbeat restates where the worker listens on its own channel, so a worker that lost its LISTEN
   -- connection stops being woken alone at its next heartbeat even if it could not say so at once, and pgflow's
-  -- one-argument callers (which know nothing of that channel) always count as not listening.
+  -- one-argument callers (which know nothing of that channel) always count as not listening. listens_at starts
+  -- again with a new listening session: it tells since when the current one has listened.
   update pgflow.workers as w
   set last_heartbeat_at = c.ts,
-      listens_at = case when heartbeat_worker.listening then coalesce(w.listens_at, c.ts) end
+      listens_at = case
+                     when heartbeat_worker.listener_pid is null then null
+                     when w.listener_pid = heartbeat_worker.listener_pid then coalesce(w.listens_at, c.ts)
+                     else c.ts
+                   end,
+      listener_pid = heartbeat_worker.listener_pid
   from (select clock_timestamp() as ts) as c
   where w.worker_id = heartbeat_worker.worker_id
   returning w.deprecated_at is not null into v_deprecated;
@@ -181,23 +200,25 @@ begin
 end;
 $$;
 
-comment on function pgflow.heartbeat_worker(worker_id uuid, listening boolean) is $doc$
-pgflow.heartbeat_worker(worker_id, listening => false) guarantees: records that the worker is alive
+comment on function pgflow.heartbeat_worker(worker_id uuid, listener_pid integer) is $doc$
+pgflow.heartbeat_worker(worker_id, listener_pid => NULL) guarantees: records that the worker is alive
 (last_heartbeat_at = clock_timestamp()) and returns true when the worker has been deprecated and should finish its
 in-flight work and exit, false otherwise. An unregistered worker_id raises (SQLSTATE P0002) naming the id, so the
 worker can register again instead of heartbeating into nothing.
-Since v0.20.0 it also records whether the worker listens on its own channel 'pgflow:w:<worker_id>' now (see
-pgflow._wake_queue): listening true keeps listens_at when it is set and sets it to the same clock_timestamp()
-otherwise (listens_at = since when the worker has listened without interruption, as its heartbeats report);
-listening false or NULL, and pgflow's one-argument call, set listens_at to NULL. A worker says true only while its
-LISTEN on that channel is in effect. The same id and row as before v0.20.0; the second argument is optional, so
-pgflow's heartbeat_worker(worker_id) calls keep working unchanged.
+Since v0.20.0 it also records whether, and in which session, the worker listens on its own channel
+'pgflow:w:<worker_id>' now (see pgflow._wake_queue): listener_pid is the server process id (pg_backend_pid()) of
+the session whose LISTEN on that channel is in effect, NULL when there is none. It is stored in listener_pid;
+listens_at keeps its value while the pid stays the same and is set to the same clock_timestamp() otherwise (since
+when the current listening session has listened, as the heartbeats report); NULL, and pgflow's one-argument call,
+set both to NULL. A listener_pid of 0 or less raises 22023 naming the value and changes nothing. The same id and
+row as before v0.20.0; the second argument is optional, so pgflow's heartbeat_worker(worker_id) calls keep working
+unchanged.
 $doc$;
 -- end generated
 
 do $heartbeat_grants$
 begin
-  perform pg_temp.pgflow_v020_grant_with('pgflow.heartbeat_worker(uuid)', 'pgflow.heartbeat_worker(uuid, boolean)');
+  perform pg_temp.pgflow_v020_grant_with('pgflow.heartbeat_worker(uuid)', 'pgflow.heartbeat_worker(uuid, integer)');
   -- PUBLIC keeps what it had too: where an operator (or roles.sql) revoked it, the new function gets no more.
   if not exists (
     select 1
@@ -207,7 +228,7 @@ begin
        and a.privilege_type = 'EXECUTE'
        and a.grantee = 0
   ) then
-    revoke execute on function pgflow.heartbeat_worker(uuid, boolean) from public;
+    revoke execute on function pgflow.heartbeat_worker(uuid, integer) from public;
   end if;
 end;
 $heartbeat_grants$;
@@ -233,7 +254,8 @@ as $$
     last_heartbeat_at = excluded.last_heartbeat_at,
     deprecated_at = null,
     stopped_at = null,
-    listens_at = null
+    listens_at = null,
+    listener_pid = null
   returning w.*;
 $$;
 
@@ -241,8 +263,8 @@ comment on function pgflow.register_worker(worker_id uuid, queue_name text, func
 pgflow.register_worker(worker_id, queue_name, function_name) guarantees: a workers row for worker_id exists
 afterwards and describes a live worker: queue_name and function_name as given, started_at and
 last_heartbeat_at = clock_timestamp(), deprecated_at and stopped_at NULL (registering again starts a new life
-of the same id), and listens_at NULL (since v0.20.0: a new life does not listen on its own channel until its
-heartbeat says so, pgflow.heartbeat_worker(worker_id, listening => true)). Returns the row. Must run before the
+of the same id), and listens_at and listener_pid NULL (since v0.20.0: a new life does not listen on its own channel until
+its heartbeat says so, pgflow.heartbeat_worker(worker_id, listener_pid => pid)). Returns the row. Must run before the
 worker claims tasks (step_tasks.last_worker_id references it).
 $doc$;
 -- end generated
@@ -1079,7 +1101,9 @@ begin
   -- what RunHealth counts as alive: not stopped, not deprecated, a heartbeat within the last 30 s (six default
   -- heartbeat intervals). Only a worker whose heartbeat says it listens on its own channel may be chosen: a wake
   -- sent to one that does not (pgflow's TypeScript worker, an older or PollOnly Go worker, a Go worker whose
-  -- LISTEN connection is down) is lost, and its messages wait for a periodic read. Random, not round-robin: a
+  -- LISTEN connection is down) is lost, and its messages wait for a periodic read. The listening session must
+  -- still exist too: a worker killed without stopping keeps a recent heartbeat for up to 30 s, but its connection
+  -- ended with it (pg_stat_get_activity shows every session's pid to every role). Random, not round-robin: a
   -- rotation needs a shared counter that every start would write. idx_workers_listening serves the lookup.
   select w.worker_id into v_worker
     from pgflow.workers as w
@@ -1088,6 +1112,7 @@ begin
      and w.deprecated_at is null
      and w.listens_at is not null
      and w.last_heartbeat_at >= clock_timestamp() - interval '30 seconds'
+     and exists (select from pg_catalog.pg_stat_get_activity(w.listener_pid) as a)
    order by pg_catalog.random()
    limit 1;
   if v_worker is null then
@@ -1103,13 +1128,15 @@ pgflow._wake_queue(queue_name, delay_seconds) guarantees (v0.20.0): tells the wo
 were just sent to that queue (or made visible again) with the given delay.
   * Delay of 0 or less or NULL (read now), since v0.20.0 targeted: when the queue has an alive listening worker
     (a pgflow.workers row of queue_name with stopped_at and deprecated_at NULL, last_heartbeat_at within 30 s of
-    clock_timestamp() and listens_at not NULL, i.e. its last heartbeat said it listens on its own channel),
+    clock_timestamp() and listens_at not NULL, i.e. its last heartbeat said it listens on its own channel, in a
+    session whose server process listener_pid still exists in pg_stat_activity),
     exactly one of them, chosen at random, is notified on its own channel 'pgflow:w:<worker_id>' with payload '';
     nothing is sent on 'pgflow:queue:<queue_name>'. When the queue has no alive listening worker, payload '' goes
     to 'pgflow:queue:<queue_name>' (every listener, as before v0.20.0: SQL-only consumers and workers that do not
     listen on their own channel). Workers that are stopped, deprecated, without a recent heartbeat or not
     listening (listens_at NULL: every row registered and heartbeated only through pgflow's signatures, such as
-    pgflow's TypeScript worker) are never notified on their own channel. A chosen worker that is busy or gone
+    pgflow's TypeScript worker) are never notified on their own channel, nor are those whose listening session
+    has ended (a worker killed or crashed without stopping). A chosen worker that is busy or gone
     loses no message: the messages stay visible in the queue and any worker's next read takes them (a Go worker
     reads at least every 2 s; a Go worker that cannot take everything it was woken for passes the wake on to the
     queue channel).
@@ -1120,7 +1147,9 @@ too). The functions that send task messages (start_ready_steps, _start_ready_ste
 through it; fail_task announces its message's exact retry time itself. Notifications go out at commit (or after
 it, when deferred); PostgreSQL folds identical ones of a transaction (two calls of one transaction may choose two
 workers). Needs SELECT on
-pgflow.workers (pgflow_worker has it; the SECURITY DEFINER start functions run as the owner).
+pgflow.workers (pgflow_worker has it; the SECURITY DEFINER start functions run as the owner) and EXECUTE on
+pg_catalog.pg_stat_get_activity (PUBLIC has it by default). A server process id reused by a new session within
+the 30 s counts that worker alive: its wake is lost and its messages wait for a periodic read, as before v0.20.0.
 $doc$;
 -- end generated
 
