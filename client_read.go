@@ -72,7 +72,10 @@ type WorkerInfo struct {
 	// ListensAt is since when the worker has listened on its own notification channel, nil when it does not (a
 	// PollOnly worker, one whose LISTEN connection is down, pgflow's TypeScript worker). The schema wakes only
 	// listening workers alone; see docs/performance.md ("Targeted wake").
-	ListensAt    *time.Time
+	ListensAt *time.Time
+	// ListenerPID is the server process id of the database session it listens in (pg_stat_activity.pid), 0 when
+	// it does not listen. A worker's heartbeat forgets the sessions of its queue's other workers that ended.
+	ListenerPID  uint32
 	RunningTasks int64 // its tasks with status started
 }
 
@@ -162,6 +165,7 @@ func (c *Client) ListWorkers(ctx context.Context, since time.Duration) ([]Worker
 			DeprecatedAt:    w.DeprecatedAt,
 			StoppedAt:       w.StoppedAt,
 			ListensAt:       w.ListensAt,
+			ListenerPID:     w.ListenerPID,
 			RunningTasks:    w.RunningTasks,
 		}
 	}

@@ -148,4 +148,9 @@ func TestTargetedWakeChoosesOnlyWorkersThatListen(t *testing.T) {
 		listening[w.ID] = w.ListensAt != nil
 	}
 	require.Equal(t, map[string]bool{idA: true, idB: false}, listening, "WorkerInfo.ListensAt")
+	for _, w := range infos {
+		if w.ID == idA {
+			require.Equal(t, clientA.listener.BackendPID(), w.ListenerPID, "WorkerInfo.ListenerPID")
+		}
+	}
 }

@@ -56,8 +56,13 @@ func TestHeartbeatWritesListeningChangesAtOnce(t *testing.T) {
 	for _, id := range []string{a, b} {
 		require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, id, "q", "maintenance-test"))
 	}
+	// Sessions that exist: a heartbeat of b forgets a listening session of a that does not (pgflow.heartbeat_worker).
+	var pids [4]uint32
+	for i := range pids {
+		pids[i] = db.SessionPID(t)
+	}
 	state := newSwitchable()
-	state.set(1001) // listening before the loop starts: its first pass says so
+	state.set(pids[0]) // listening before the loop starts: its first pass says so
 	var deprecations atomic.Int32
 	loop, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -82,25 +87,25 @@ func TestHeartbeatWritesListeningChangesAtOnce(t *testing.T) {
 		}
 		return exists, uint32(*got)
 	}
-	testutil.WaitFor(t, "the first pass: a listens", func() bool { _, p := listens(a); return p == 1001 })
+	testutil.WaitFor(t, "the first pass: a listens", func() bool { _, p := listens(a); return p == pids[0] })
 	_, p := listens(b)
 	require.Zero(t, p, "a row without a listening state never listens")
 
 	state.set(0)
 	testutil.WaitFor(t, "a no longer listens", func() bool { _, p := listens(a); return p == 0 })
-	state.set(1001)
-	testutil.WaitFor(t, "a listens again", func() bool { _, p := listens(a); return p == 1001 })
+	state.set(pids[0])
+	testutil.WaitFor(t, "a listens again", func() bool { _, p := listens(a); return p == pids[0] })
 	// A reconnect seen only as a new session (the loss and the new LISTEN between two passes) is written too.
-	state.set(1002)
-	testutil.WaitFor(t, "a listens in its new session", func() bool { _, p := listens(a); return p == 1002 })
+	state.set(pids[1])
+	testutil.WaitFor(t, "a listens in its new session", func() bool { _, p := listens(a); return p == pids[1] })
 
 	// The row goes missing: the next change finds it unregistered, registers it again and says at once what it is.
 	_, err := db.Pool.Exec(ctx, `delete from pgflow.workers where worker_id = $1`, a)
 	require.NoError(t, err)
 	state.set(0)
 	testutil.WaitFor(t, "a registered again", func() bool { e, _ := listens(a); return e })
-	state.set(1003)
-	testutil.WaitFor(t, "a listening again", func() bool { e, p := listens(a); return e && p == 1003 })
+	state.set(pids[2])
+	testutil.WaitFor(t, "a listening again", func() bool { e, p := listens(a); return e && p == pids[2] })
 	require.Zero(t, deprecations.Load())
 
 	// A deprecation found by a change's heartbeat is reported, once.
@@ -108,7 +113,7 @@ func TestHeartbeatWritesListeningChangesAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	state.set(0)
 	testutil.WaitFor(t, "the deprecation is reported", func() bool { return deprecations.Load() == 1 })
-	state.set(1004)
-	testutil.WaitFor(t, "a listens", func() bool { _, p := listens(a); return p == 1004 })
+	state.set(pids[3])
+	testutil.WaitFor(t, "a listens", func() bool { _, p := listens(a); return p == pids[3] })
 	require.EqualValues(t, 1, deprecations.Load(), "reported once")
 }

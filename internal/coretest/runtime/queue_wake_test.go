@@ -253,7 +253,6 @@ func TestWakeNeverTargetsAWorkerThatDoesNotListen(t *testing.T) {
 		select w.worker_id from pgflow.workers as w
 		 where w.queue_name = 'mixed' and w.stopped_at is null and w.deprecated_at is null and w.listens_at is not null
 		   and w.last_heartbeat_at >= clock_timestamp() - interval '30 seconds'
-		   and exists (select from pg_catalog.pg_stat_get_activity(w.listener_pid) as a)
 		 order by pg_catalog.random() limit 1`)
 	require.NoError(t, err)
 	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
@@ -262,15 +261,21 @@ func TestWakeNeverTargetsAWorkerThatDoesNotListen(t *testing.T) {
 }
 
 // A worker killed without stopping keeps a recent heartbeat for up to 30 s, but the session it listened in ended
-// with it: a read-now wake never goes to a worker whose listener_pid is not a server process any more. It goes to
-// another listening worker of the queue, or to the queue channel when none is left.
-func TestWakeSkipsAWorkerWhoseListeningSessionEnded(t *testing.T) {
+// with it. The next heartbeat of another worker of its queue forgets that session (and no live one): from then on
+// a read-now wake never goes to the dead worker. It goes to another listening worker of the queue, or to the queue
+// channel when none is left.
+func TestHeartbeatsForgetListeningSessionsThatEnded(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
 	ctx := fx.Ctx(t)
 	fx.Exec(t, db.Pool, "select pgflow.create_flow('gone')")
 	fx.Exec(t, db.Pool, "select pgflow.add_step('gone', 'only')")
-	const dead, live = "f0000000-0000-4000-8000-000000000001", "f0000000-0000-4000-8000-000000000002"
+	const (
+		dead      = "f0000000-0000-4000-8000-000000000001"
+		live      = "f0000000-0000-4000-8000-000000000002"
+		newcomer  = "f0000000-0000-4000-8000-000000000003" // a worker that does not listen on its own channel
+		elsewhere = "f0000000-0000-4000-8000-000000000004" // a worker of another queue
+	)
 	// session opens a connection that stands for a worker's listener and returns its server pid.
 	session := func() uint32 {
 		conn, err := pgx.Connect(ctx, db.URL)
@@ -285,34 +290,42 @@ func TestWakeSkipsAWorkerWhoseListeningSessionEnded(t *testing.T) {
 			return !fx.Val[bool](t, db.Pool, `select exists (select from pg_catalog.pg_stat_activity where pid = $1::integer)`, pid)
 		}, time.Minute, 10*time.Millisecond, "session %d ends", pid)
 	}
-	deadSession, liveSession := session(), session()
-	for id, pid := range map[string]uint32{dead: deadSession, live: liveSession} {
-		fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'gone', 'pgflow-go')`, id)
-		fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listener_pid => $2::integer)`, id, pid)
+	heartbeat := func(id string, pid uint32) {
+		fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid, listener_pid => nullif($2::integer, 0))`, id, pid)
 	}
+	listenerOf := func(id string) *int32 {
+		return fx.Val[*int32](t, db.Pool, `select listener_pid from pgflow.workers where worker_id = $1::uuid`, id)
+	}
+	deadSession, liveSession, elsewhereSession := session(), session(), session()
+	for _, id := range []string{dead, live, newcomer} {
+		fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'gone', 'pgflow-go')`, id)
+	}
+	fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'other', 'pgflow-go')`, elsewhere)
+	heartbeat(dead, deadSession)
+	heartbeat(live, liveSession)
+	heartbeat(elsewhere, elsewhereSession)
 	collect := channelNotifications(t, db.URL, workerChannel(dead), workerChannel(live), "pgflow:queue:gone")
 
-	// While both sessions exist, both workers are chosen (the check lets a live session through).
-	chosen := map[string]int{}
-	for range 30 {
-		fx.Exec(t, db.Pool, `select pgflow.start_flow('gone', '{}')`)
-		got := collect()
-		require.Len(t, got, 1)
-		chosen[got[0].Channel]++
-	}
-	// Chance that 30 random choices between 2 all pick the same worker: 2 * 2^-30.
-	require.Len(t, chosen, 2, "both listening workers are chosen: %v", chosen)
-
 	kill(deadSession)
-	require.Equal(t, int64(2), fx.Val[int64](t, db.Pool, `select count(*) from pgflow.workers
-		where queue_name = 'gone' and stopped_at is null and deprecated_at is null and listens_at is not null
-		  and last_heartbeat_at >= now() - interval '30 seconds'`), "both still look alive by their heartbeats")
+	kill(elsewhereSession)
+	// Nobody heartbeated since: by its row the dead worker still listens, and may be chosen.
+	require.NotNil(t, listenerOf(dead))
+	heartbeat(live, liveSession)
+	require.Nil(t, listenerOf(dead), "the live worker's heartbeat forgot the dead worker's session")
+	require.Nil(t, fx.Val[*time.Time](t, db.Pool, `select listens_at from pgflow.workers where worker_id = $1::uuid`, dead))
+	require.Equal(t, int32(liveSession), *listenerOf(live), "a session that exists is kept")
+	require.Equal(t, int32(elsewhereSession), *listenerOf(elsewhere), "another queue's workers are left to their own")
+	require.True(t, fx.Val[bool](t, db.Pool, `select last_heartbeat_at >= now() - interval '30 seconds'
+		from pgflow.workers where worker_id = $1::uuid`, dead), "the dead worker's heartbeat still counts")
 	for i := range 20 {
 		fx.Exec(t, db.Pool, `select pgflow.start_flow('gone', '{}')`)
 		require.Equal(t, []note{{workerChannel(live), ""}}, collect(), "start %d: the worker whose session exists", i)
 	}
 
+	// A worker that does not listen itself forgets ended sessions too (pgflow's one-argument heartbeat included).
 	kill(liveSession)
+	fx.Exec(t, db.Pool, `select pgflow.heartbeat_worker($1::uuid)`, newcomer)
+	require.Nil(t, listenerOf(live))
 	fx.Exec(t, db.Pool, `select pgflow.start_flow('gone', '{}')`)
 	require.Equal(t, []note{{"pgflow:queue:gone", ""}}, collect(), "no listening session left: the queue channel")
 }

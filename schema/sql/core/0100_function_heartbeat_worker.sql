@@ -37,6 +37,21 @@ begin
       hint = 'Call pgflow.register_worker(worker_id, queue_name, function_name) first.';
   end if;
 
+  -- A worker killed without stopping (SIGKILL, a crash, an OOM kill) keeps a recent heartbeat for up to 30 s, and
+  -- pgflow._wake_queue would keep choosing it; its wakes would be lost. Its LISTEN session ended with it, so the
+  -- heartbeats of the queue's other workers forget listening sessions that no longer exist: within one heartbeat
+  -- interval of any survivor, the dead worker is no longer woken alone. Checked here, every few seconds per
+  -- worker, and not in _wake_queue: the first pg_stat_get_activity call of a transaction copies every backend's
+  -- status (100-280 us). Under READ COMMITTED the update re-checks a row that a concurrent heartbeat changed, so a
+  -- worker that has just reported its new session keeps it.
+  update pgflow.workers as o
+     set listens_at = null,
+         listener_pid = null
+   where o.queue_name = (select w.queue_name from pgflow.workers as w where w.worker_id = heartbeat_worker.worker_id)
+     and o.worker_id <> heartbeat_worker.worker_id
+     and o.listener_pid is not null
+     and not exists (select from pg_catalog.pg_stat_get_activity(o.listener_pid) as a);
+
   return v_deprecated;
 end;
 $$;
@@ -51,7 +66,12 @@ Since v0.20.0 it also records whether, and in which session, the worker listens 
 the session whose LISTEN on that channel is in effect, NULL when there is none. It is stored in listener_pid;
 listens_at keeps its value while the pid stays the same and is set to the same clock_timestamp() otherwise (since
 when the current listening session has listened, as the heartbeats report); NULL, and pgflow's one-argument call,
-set both to NULL. A listener_pid of 0 or less raises 22023 naming the value and changes nothing. The same id and
+set both to NULL. A listener_pid of 0 or less raises 22023 naming the value and changes nothing.
+It also forgets the listening sessions of the same queue's other workers that no longer exist (listener_pid not
+in pg_stat_activity: the worker was killed or lost its connection without saying so): their listens_at and
+listener_pid become NULL, so pgflow._wake_queue stops choosing them. Needs EXECUTE on
+pg_catalog.pg_stat_get_activity (PUBLIC has it by default), which shows every session's pid to every role. A pid
+reused by a new session keeps a dead worker counted as listening until its heartbeat is 30 s old. The same id and
 row as before v0.20.0; the second argument is optional, so pgflow's heartbeat_worker(worker_id) calls keep working
 unchanged.
 $doc$;

@@ -196,6 +196,21 @@ begin
       hint = 'Call pgflow.register_worker(worker_id, queue_name, function_name) first.';
   end if;
 
+  -- A worker killed without stopping (SIGKILL, a crash, an OOM kill) keeps a recent heartbeat for up to 30 s, and
+  -- pgflow._wake_queue would keep choosing it; its wakes would be lost. Its LISTEN session ended with it, so the
+  -- heartbeats of the queue's other workers forget listening sessions that no longer exist: within one heartbeat
+  -- interval of any survivor, the dead worker is no longer woken alone. Checked here, every few seconds per
+  -- worker, and not in _wake_queue: the first pg_stat_get_activity call of a transaction copies every backend's
+  -- status (100-280 us). Under READ COMMITTED the update re-checks a row that a concurrent heartbeat changed, so a
+  -- worker that has just reported its new session keeps it.
+  update pgflow.workers as o
+     set listens_at = null,
+         listener_pid = null
+   where o.queue_name = (select w.queue_name from pgflow.workers as w where w.worker_id = heartbeat_worker.worker_id)
+     and o.worker_id <> heartbeat_worker.worker_id
+     and o.listener_pid is not null
+     and not exists (select from pg_catalog.pg_stat_get_activity(o.listener_pid) as a);
+
   return v_deprecated;
 end;
 $$;
@@ -210,7 +225,12 @@ Since v0.20.0 it also records whether, and in which session, the worker listens 
 the session whose LISTEN on that channel is in effect, NULL when there is none. It is stored in listener_pid;
 listens_at keeps its value while the pid stays the same and is set to the same clock_timestamp() otherwise (since
 when the current listening session has listened, as the heartbeats report); NULL, and pgflow's one-argument call,
-set both to NULL. A listener_pid of 0 or less raises 22023 naming the value and changes nothing. The same id and
+set both to NULL. A listener_pid of 0 or less raises 22023 naming the value and changes nothing.
+It also forgets the listening sessions of the same queue's other workers that no longer exist (listener_pid not
+in pg_stat_activity: the worker was killed or lost its connection without saying so): their listens_at and
+listener_pid become NULL, so pgflow._wake_queue stops choosing them. Needs EXECUTE on
+pg_catalog.pg_stat_get_activity (PUBLIC has it by default), which shows every session's pid to every role. A pid
+reused by a new session keeps a dead worker counted as listening until its heartbeat is 30 s old. The same id and
 row as before v0.20.0; the second argument is optional, so pgflow's heartbeat_worker(worker_id) calls keep working
 unchanged.
 $doc$;
@@ -1101,9 +1121,10 @@ begin
   -- what RunHealth counts as alive: not stopped, not deprecated, a heartbeat within the last 30 s (six default
   -- heartbeat intervals). Only a worker whose heartbeat says it listens on its own channel may be chosen: a wake
   -- sent to one that does not (pgflow's TypeScript worker, an older or PollOnly Go worker, a Go worker whose
-  -- LISTEN connection is down) is lost, and its messages wait for a periodic read. The listening session must
-  -- still exist too: a worker killed without stopping keeps a recent heartbeat for up to 30 s, but its connection
-  -- ended with it (pg_stat_get_activity shows every session's pid to every role). Random, not round-robin: a
+  -- LISTEN connection is down, one killed without stopping: the heartbeats of its queue's other workers forget a
+  -- listening session that ended) is lost, and its messages wait for a periodic read. The session is not checked
+  -- here: pg_stat_get_activity copies every backend's status on its first call in a transaction, which cost a
+  -- lone wake 100-280 us. Random, not round-robin: a
   -- rotation needs a shared counter that every start would write. idx_workers_listening serves the lookup.
   select w.worker_id into v_worker
     from pgflow.workers as w
@@ -1112,7 +1133,6 @@ begin
      and w.deprecated_at is null
      and w.listens_at is not null
      and w.last_heartbeat_at >= clock_timestamp() - interval '30 seconds'
-     and exists (select from pg_catalog.pg_stat_get_activity(w.listener_pid) as a)
    order by pg_catalog.random()
    limit 1;
   if v_worker is null then
@@ -1128,15 +1148,15 @@ pgflow._wake_queue(queue_name, delay_seconds) guarantees (v0.20.0): tells the wo
 were just sent to that queue (or made visible again) with the given delay.
   * Delay of 0 or less or NULL (read now), since v0.20.0 targeted: when the queue has an alive listening worker
     (a pgflow.workers row of queue_name with stopped_at and deprecated_at NULL, last_heartbeat_at within 30 s of
-    clock_timestamp() and listens_at not NULL, i.e. its last heartbeat said it listens on its own channel, in a
-    session whose server process listener_pid still exists in pg_stat_activity),
+    clock_timestamp() and listens_at not NULL, i.e. its last heartbeat said it listens on its own channel),
     exactly one of them, chosen at random, is notified on its own channel 'pgflow:w:<worker_id>' with payload '';
     nothing is sent on 'pgflow:queue:<queue_name>'. When the queue has no alive listening worker, payload '' goes
     to 'pgflow:queue:<queue_name>' (every listener, as before v0.20.0: SQL-only consumers and workers that do not
     listen on their own channel). Workers that are stopped, deprecated, without a recent heartbeat or not
     listening (listens_at NULL: every row registered and heartbeated only through pgflow's signatures, such as
-    pgflow's TypeScript worker) are never notified on their own channel, nor are those whose listening session
-    has ended (a worker killed or crashed without stopping). A chosen worker that is busy or gone
+    pgflow's TypeScript worker, and a worker whose listening session ended once another worker of its queue has
+    heartbeated since, see pgflow.heartbeat_worker) are never notified on their own channel. A chosen worker that
+    is busy or gone
     loses no message: the messages stay visible in the queue and any worker's next read takes them (a Go worker
     reads at least every 2 s; a Go worker that cannot take everything it was woken for passes the wake on to the
     queue channel).
@@ -1147,9 +1167,7 @@ too). The functions that send task messages (start_ready_steps, _start_ready_ste
 through it; fail_task announces its message's exact retry time itself. Notifications go out at commit (or after
 it, when deferred); PostgreSQL folds identical ones of a transaction (two calls of one transaction may choose two
 workers). Needs SELECT on
-pgflow.workers (pgflow_worker has it; the SECURITY DEFINER start functions run as the owner) and EXECUTE on
-pg_catalog.pg_stat_get_activity (PUBLIC has it by default). A server process id reused by a new session within
-the 30 s counts that worker alive: its wake is lost and its messages wait for a periodic read, as before v0.20.0.
+pgflow.workers (pgflow_worker has it; the SECURITY DEFINER start functions run as the owner).
 $doc$;
 -- end generated
 
