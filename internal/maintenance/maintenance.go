@@ -44,8 +44,9 @@ func (r Row) listenerPID() (uint32, <-chan struct{}) {
 // row listens on its own channel now (if any), so the schema wakes a row alone only while its LISTEN is in effect
 // and its session exists. A change of that state is written at once (one heartbeat of the rows that changed), not
 // at the next interval: a row whose listener connection was lost stops being chosen as soon as the listener
-// notices, and one that listens again, in a new session, is chosen again as soon as its LISTEN succeeded. A row missing from pgflow.workers is registered again (as functionName);
-// onDeprecated is called (once) when the database deprecates a row.
+// notices, and one that listens again, in a new session, is chosen again as soon as its LISTEN succeeded. A row
+// missing from pgflow.workers is registered again (as functionName); onDeprecated is called (once) when the
+// database deprecates a row.
 func Heartbeat(ctx context.Context, db DB, rows []Row, functionName string, interval time.Duration, log *slog.Logger,
 	onDeprecated func()) {
 	t := time.NewTicker(interval)

@@ -112,17 +112,14 @@ func RegisterWorker(ctx context.Context, db DBTX, workerID, queueName, functionN
 
 // HeartbeatWorker calls pgflow.heartbeat_worker(worker_id, listener_pid) and returns true when the worker has been
 // deprecated. listenerPID is the server process id of the session whose LISTEN on the worker's own channel
-// (WorkerChannel) is in effect now, 0 when there is none: pgflow._wake_queue wakes the worker alone only while it
-// listens and that session exists (schema v0.20.0). An unregistered worker yields an error wrapping
+// (WorkerChannel) is in effect now, 0 when there is none (NULL to the schema): pgflow._wake_queue wakes only
+// listening workers alone, and the heartbeats of the queue's other workers forget the session once it has ended
+// (schema v0.20.0). An unregistered worker yields an error wrapping
 // ErrWorkerNotRegistered.
 func HeartbeatWorker(ctx context.Context, db DBTX, workerID string, listenerPID uint32) (deprecated bool, err error) {
-	var pid *int32 // NULL: not listening
-	if listenerPID != 0 {
-		p := int32(listenerPID) //nolint:gosec // a server pid fits an integer: PostgreSQL stores them as int4
-		pid = &p
-	}
-	err = db.QueryRow(ctx, `select pgflow.heartbeat_worker(worker_id => $1::uuid, listener_pid => $2::integer)`,
-		workerID, pid).Scan(&deprecated)
+	err = db.QueryRow(ctx,
+		`select pgflow.heartbeat_worker(worker_id => $1::uuid, listener_pid => nullif($2::integer, 0))`,
+		workerID, int64(listenerPID)).Scan(&deprecated)
 	if err != nil {
 		if pgerr.Code(err) == "P0002" { // no_data_found, raised by heartbeat_worker
 			return false, fmt.Errorf("pgflow.heartbeat_worker(worker %s, listener pid %d): %w: %w", workerID, listenerPID,

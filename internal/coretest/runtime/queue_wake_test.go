@@ -267,7 +267,6 @@ func TestWakeNeverTargetsAWorkerThatDoesNotListen(t *testing.T) {
 func TestHeartbeatsForgetListeningSessionsThatEnded(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)
-	ctx := fx.Ctx(t)
 	fx.Exec(t, db.Pool, "select pgflow.create_flow('gone')")
 	fx.Exec(t, db.Pool, "select pgflow.add_step('gone', 'only')")
 	const (
@@ -276,13 +275,6 @@ func TestHeartbeatsForgetListeningSessionsThatEnded(t *testing.T) {
 		newcomer  = "f0000000-0000-4000-8000-000000000003" // a worker that does not listen on its own channel
 		elsewhere = "f0000000-0000-4000-8000-000000000004" // a worker of another queue
 	)
-	// session opens a connection that stands for a worker's listener and returns its server pid.
-	session := func() uint32 {
-		conn, err := pgx.Connect(ctx, db.URL)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = conn.Close(context.Background()) })
-		return conn.PgConn().PID()
-	}
 	// kill ends a session as a crash would, and waits until the server no longer lists it.
 	kill := func(pid uint32) {
 		require.True(t, fx.Val[bool](t, db.Pool, `select pg_catalog.pg_terminate_backend($1::integer)`, pid))
@@ -296,7 +288,7 @@ func TestHeartbeatsForgetListeningSessionsThatEnded(t *testing.T) {
 	listenerOf := func(id string) *int32 {
 		return fx.Val[*int32](t, db.Pool, `select listener_pid from pgflow.workers where worker_id = $1::uuid`, id)
 	}
-	deadSession, liveSession, elsewhereSession := session(), session(), session()
+	deadSession, liveSession, elsewhereSession := db.SessionPID(t), db.SessionPID(t), db.SessionPID(t)
 	for _, id := range []string{dead, live, newcomer} {
 		fx.Exec(t, db.Pool, `select pgflow.register_worker($1::uuid, 'gone', 'pgflow-go')`, id)
 	}

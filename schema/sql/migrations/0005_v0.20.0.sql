@@ -165,6 +165,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
   v_deprecated boolean;
+  v_queue text;
 begin
   if heartbeat_worker.listener_pid <= 0 then
     raise exception using
@@ -181,13 +182,13 @@ begin
   set last_heartbeat_at = c.ts,
       listens_at = case
                      when heartbeat_worker.listener_pid is null then null
-                     when w.listener_pid = heartbeat_worker.listener_pid then coalesce(w.listens_at, c.ts)
+                     when w.listener_pid = heartbeat_worker.listener_pid then w.listens_at
                      else c.ts
                    end,
       listener_pid = heartbeat_worker.listener_pid
   from (select clock_timestamp() as ts) as c
   where w.worker_id = heartbeat_worker.worker_id
-  returning w.deprecated_at is not null into v_deprecated;
+  returning w.deprecated_at is not null, w.queue_name into v_deprecated, v_queue;
 
   if not found then
     raise exception using
@@ -206,7 +207,7 @@ begin
   update pgflow.workers as o
      set listens_at = null,
          listener_pid = null
-   where o.queue_name = (select w.queue_name from pgflow.workers as w where w.worker_id = heartbeat_worker.worker_id)
+   where o.queue_name = v_queue
      and o.worker_id <> heartbeat_worker.worker_id
      and o.listener_pid is not null
      and not exists (select from pg_catalog.pg_stat_get_activity(o.listener_pid) as a);
