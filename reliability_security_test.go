@@ -413,6 +413,11 @@ func TestSecurityNoSecretsInHandlersLogsEvents(t *testing.T) {
 	eventually(t, relWait, "the first attempts to fail", func() bool {
 		return queryInt(t, db.Pool, `select count(*) from pgflow.step_tasks where error_message is not null`) >= 6
 	})
+	// The subprocess's LISTEN session must be up before the kill, so that its loss is always logged
+	// (a poll or heartbeat in flight at that moment is a matter of timing; the held LISTEN connection is not).
+	eventually(t, relWait, "the subprocess to record its listening session", func() bool {
+		return queryInt(t, db.Pool, `select count(*) from pgflow.workers where worker_id = $1::uuid and listener_pid is not null`, proc.Config.WorkerID) == 1
+	})
 	_, err = db.Pool.Exec(ctx, `select pg_terminate_backend(pid) from pg_stat_activity
 	                             where datname = $1 and pid <> pg_backend_pid() and backend_type = 'client backend'
 	                               and application_name not like 'pgflow-go client%'`, db.Name)
@@ -468,7 +473,7 @@ func TestSecurityNoSecretsInHandlersLogsEvents(t *testing.T) {
 		require.NoError(t, db.Pool.QueryRow(ctx, fmt.Sprintf(`select coalesce(string_agg(x::text, e'\n'), '') from %s as x`, tbl)).Scan(&dump))
 		texts["table "+tbl] = dump
 	}
-	require.Contains(t, texts["subprocess logs"], "polling the queue failed", "the subprocess logged the lost connection")
+	require.Contains(t, texts["subprocess logs"], "notify: listener connection lost", "the subprocess logged the lost connection")
 	require.Contains(t, texts["table pgflow.step_tasks"], "failing attempt 1 on purpose")
 	for where, text := range texts {
 		for _, secret := range []string{password, envSecret, secretURL} {
