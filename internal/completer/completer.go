@@ -29,10 +29,16 @@ import (
 const (
 	// maxBatch bounds the completions recorded in one pgflow.complete_tasks call.
 	maxBatch = 256
-	// flushers is the number of batches that may be in flight at once. While they are busy, new completions queue
-	// up and go out together in the next batch, so batches grow with the load and a lone completion never waits
-	// for company.
-	flushers = 2
+	// stallAfter is how long a result call may run before the completer sends the next batch beside it. Below
+	// that, one call is in flight at a time: the completions that arrive meanwhile queue up and go out together
+	// in the next call, so batches grow with the load, and the batches of one worker never wait for each other's
+	// row locks (map tasks of one run, the run and step rows of a flow). Two calls in flight at all times made
+	// batches smaller and cost 13 % more server CPU per task on two cores (docs/performance.md, fifteenth
+	// round); a call stuck behind a lock someone else holds still holds back the worker's other results for this
+	// long only.
+	stallAfter = 250 * time.Millisecond
+	// maxInFlight is how many result calls may be in flight at once: one, and a second beside a stalled one.
+	maxInFlight = 2
 	// linger is how long a flusher waits for more completions while other tasks are still running.
 	linger = time.Millisecond
 	// releaseTimeout is how long a stopping worker tries to put an interrupted task back.
@@ -67,6 +73,8 @@ type Config struct {
 	Calls context.Context
 	// Base outlives both (release calls run under it with their own timeout).
 	Base context.Context
+	// StallAfter replaces stallAfter when positive (tests).
+	StallAfter time.Duration
 }
 
 // Completer records results. Create it with New and stop it with Stop once no handler waits for an outcome.
@@ -77,7 +85,7 @@ type Completer struct {
 	wg       sync.WaitGroup
 	stopOnce sync.Once
 	// mu orders hand-overs before the stop: once closed is set, no completion enters the queue, so the ones in
-	// it when the flushers have returned are all that is left to settle.
+	// it when the flusher has returned are all that is left to settle.
 	mu     sync.RWMutex
 	closed bool
 }
@@ -99,16 +107,14 @@ type waiter chan observe.Outcome
 
 func (w waiter) Settle(o observe.Outcome) { w <- o }
 
-// New starts a Completer's flushers.
+// New starts a Completer's flusher.
 func New(cfg Config) *Completer {
 	c := &Completer{cfg: cfg, queue: make(chan *pending, max(cfg.QueueSize, 1)), stopped: make(chan struct{})}
-	for range flushers {
-		c.wg.Go(c.loop)
-	}
+	c.wg.Go(c.loop)
 	return c
 }
 
-// Stop ends the flushers. A handler that reports later (one that ignored its context and was abandoned) gets
+// Stop ends the flusher once its calls in flight have returned. A handler that reports later (one that ignored its context and was abandoned) gets
 // observe.Unreported.
 func (c *Completer) Stop() {
 	c.stopOnce.Do(func() {
@@ -162,16 +168,47 @@ func (c *Completer) CompleteAsync(log *slog.Logger, meta taskrun.Meta, out json.
 	c.mu.RUnlock()
 }
 
+// loop gathers batches and records them, one call at a time unless a call stalls (stallAfter). It returns once
+// the completer stops and the calls in flight have returned.
 func (c *Completer) loop() {
-	seen := make(map[taskKey]bool) // splitRepeated's, kept across batches: cleared, not made again, for each
+	// Each call in flight owns one of these maps (splitRepeated's, kept across batches: cleared, not made again).
+	free := make(chan map[taskKey]bool, maxInFlight)
+	for range maxInFlight {
+		free <- make(map[taskKey]bool)
+	}
+	var calls sync.WaitGroup
+	defer calls.Wait()
+	stallAt := stallAfter
+	if c.cfg.StallAfter > 0 {
+		stallAt = c.cfg.StallAfter
+	}
+	stall := time.NewTimer(stallAt)
+	defer stall.Stop()
 	for {
+		var seen map[taskKey]bool
+		select {
+		case seen = <-free:
+		case <-c.stopped:
+			return
+		}
 		var first *pending
 		select {
 		case first = <-c.queue:
 		case <-c.stopped:
 			return
 		}
-		c.flush(c.gather(first), seen)
+		batch := c.gather(first)
+		done := make(chan struct{})
+		calls.Go(func() {
+			defer close(done)
+			c.flush(batch, seen)
+			free <- seen
+		})
+		stall.Reset(stallAt)
+		select {
+		case <-done:
+		case <-stall.C: // stalled: the next batch may go out beside it
+		}
 	}
 }
 
