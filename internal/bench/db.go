@@ -37,6 +37,7 @@ type env struct {
 	mon     *pgxpool.Pool      // monitoring and setup (progress polls, starts in burn-down mode, result reads)
 
 	monQueries atomic.Int64 // monitoring transactions during a measured phase, subtracted from its commits
+	handled    atomic.Int64 // handler invocations of the in-process workers since the last started (waitRuns)
 	statWAL    bool         // the server has pg_stat_wal (PostgreSQL 14+): full-page images are counted
 	postmaster int          // the server's process id when it runs on this machine (its CPU time is read), else 0
 }

@@ -60,7 +60,7 @@ func (e *env) runDelayed(ctx context.Context, cfg Config, progress func(Progress
 			}
 		}
 		if loopErr == nil {
-			loopErr = e.waitRuns(ctx, bf.slug, int64(n), ws, nil)
+			loopErr = e.waitRuns(ctx, bf, int64(n), ws, nil)
 		}
 		elapsed = time.Since(start)
 		return errors.Join(loopErr, ws.stop())

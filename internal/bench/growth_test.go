@@ -137,7 +137,7 @@ func TestPreloadedHistoryLooksLikeRealRuns(t *testing.T) {
 	require.NoError(t, startRuns(ctx, e.mon, bf, 3, 3, 1, func(int) {}))
 	ws, err := e.startWorkers(ctx, cfg, growthScenario, 1, workerConfig(cfg))
 	require.NoError(t, err)
-	require.NoError(t, e.waitRuns(ctx, bf.slug, 3, ws, nil))
+	require.NoError(t, e.waitRuns(ctx, bf, 3, ws, nil))
 	require.NoError(t, ws.stop())
 	require.NoError(t, e.preloadHistory(ctx, bf.slug, "bench_growth", 5, func(int64) {}))
 
