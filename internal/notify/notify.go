@@ -281,7 +281,7 @@ func (l *Listener) markInactive() {
 // itself and announces a backend key of its own, so the pid the connection was given differs from the pid of the
 // server process that runs its statements. Behind a pooler in transaction mode a LISTEN runs on whichever server
 // connection the statement got and notifications do not come back; the listener keeps listening (what arrives is
-// delivered), but no subscription reports that it listens (Listening), so nobody relies on being told.
+// delivered), but no subscription reports that it listens (ListenerPID), so nobody relies on being told.
 func (l *Listener) checkDirect(ctx context.Context, conn *pgx.Conn) error {
 	var pid uint32
 	// The simple protocol, like LISTEN itself: no prepared statement, whatever the pooler keeps.
@@ -422,7 +422,7 @@ type Subscription struct {
 	limit   int
 
 	// listening is guarded by l.mu: true while the current connection listens on the channel for this
-	// subscription (it has received its Resync). heard, guarded by l.mu too, is what Listening reports: listening
+	// subscription (it has received its Resync). heard, guarded by l.mu too, is whether ListenerPID reports a session: listening
 	// on a direct connection, and not closed. changed (l.mu) is closed and replaced whenever heard changes.
 	listening  bool
 	heard      bool
@@ -449,22 +449,15 @@ func (s *Subscription) Ready() <-chan struct{} { return s.ready }
 // stays up; after a reconnect a Resync is queued again.
 func (s *Subscription) Active() <-chan struct{} { return s.active }
 
-// Listening reports whether notifications on the channel reach this subscription now: true from the moment its
-// LISTEN succeeded on a direct connection (when its Resync is queued) until the connection is lost, the
-// subscription is closed or the listener is closed; true again after the listener reconnected and listened again.
-// Always false while the connection goes through a connection pooler, which may not deliver notifications. changed
-// is closed at the next change, so a caller that reads the state, acts on it and then waits on changed misses none.
-// A lost connection is noticed when a read on it fails or a ping finds it dead (Config.PingInterval).
-func (s *Subscription) Listening() (listening bool, changed <-chan struct{}) {
-	s.l.mu.Lock()
-	defer s.l.mu.Unlock()
-	return s.heard, s.changed
-}
-
-// ListenerPID is Listening with the session it listens in: the server process id (pg_backend_pid()) of the
-// connection whose LISTEN for this subscription is in effect now, 0 when Listening would report false. changed is
-// closed at the next change of Listening; a reconnect always changes it twice (lost, then listening again), so a
-// caller that waits on changed sees every new pid.
+// ListenerPID reports whether notifications on the channel reach this subscription now, and through which server
+// session: the process id (pg_backend_pid()) of the connection whose LISTEN for it is in effect, 0 when none is.
+// It is non-zero from the moment its LISTEN succeeded on a direct connection (when its Resync is queued) until the
+// connection is lost, the subscription is closed or the listener is closed, and again (with the new session's
+// pid) after the listener reconnected and listened again. Always 0 while the connection goes through a connection
+// pooler, which may not deliver notifications. changed is closed at the next change between listening and not, so
+// a caller that reads the state, acts on it and then waits on changed misses none; a reconnect changes it twice
+// (lost, then listening again), so such a caller also sees every new pid. A lost connection is noticed when a
+// read on it fails or a ping finds it dead (Config.PingInterval).
 func (s *Subscription) ListenerPID() (pid uint32, changed <-chan struct{}) {
 	s.l.mu.Lock()
 	defer s.l.mu.Unlock()
@@ -474,7 +467,7 @@ func (s *Subscription) ListenerPID() (pid uint32, changed <-chan struct{}) {
 	return s.l.pid, s.changed
 }
 
-// setHeard records what Listening reports and wakes the callers waiting for a change; l.mu is held.
+// setHeard records whether ListenerPID reports a session and wakes the callers waiting for a change; l.mu is held.
 func (s *Subscription) setHeard(v bool) {
 	if s.heard == v {
 		return

@@ -293,12 +293,18 @@ func TestIdleConnectionIsPingedAndKept(t *testing.T) {
 	require.Equal(t, pid, l.BackendPID())
 }
 
+// isListening is whether the subscription's ListenerPID names a session, and its change channel.
+func isListening(s *notify.Subscription) (bool, <-chan struct{}) {
+	pid, changed := s.ListenerPID()
+	return pid != 0, changed
+}
+
 // waitListening waits until the subscription's listening state is want, following its change channel.
 func waitListening(t *testing.T, s *notify.Subscription, want bool) {
 	t.Helper()
 	deadline := time.After(waitLimit)
 	for {
-		got, changed := s.Listening()
+		got, changed := isListening(s)
 		if got == want {
 			return
 		}
@@ -330,7 +336,7 @@ func TestListeningFollowsTheConnection(t *testing.T) {
 	})
 	s, err := l.Subscribe("zeta")
 	require.NoError(t, err)
-	listening, changed := s.Listening()
+	listening, changed := isListening(s)
 	require.False(t, listening, "no connection yet: not listening")
 
 	refuse.Store(false)
@@ -340,7 +346,7 @@ func TestListeningFollowsTheConnection(t *testing.T) {
 	default:
 		t.Fatal("the change to listening closed the earlier change channel")
 	}
-	listening, changed = s.Listening()
+	listening, changed = isListening(s)
 	require.True(t, listening, "listening once the LISTEN succeeded (Active is closed)")
 
 	// The connection is lost and cannot come back for now: not listening.
@@ -350,7 +356,7 @@ func TestListeningFollowsTheConnection(t *testing.T) {
 	require.True(t, terminated)
 	<-changed
 	waitListening(t, s, false)
-	listening, _ = s.Listening()
+	listening, _ = isListening(s)
 	require.False(t, listening)
 
 	// It comes back: listening again, announced by a Resync, and notifications arrive.
@@ -366,17 +372,17 @@ func TestListeningFollowsTheConnection(t *testing.T) {
 	require.Equal(t, []string{"back"}, collectPayloads(t, s, 1))
 
 	// A closed subscription does not listen; neither does one of a closed listener.
-	_, changed = s.Listening()
+	_, changed = isListening(s)
 	s.Close()
 	<-changed
-	listening, _ = s.Listening()
+	listening, _ = isListening(s)
 	require.False(t, listening)
 	other, err := l.Subscribe("eta")
 	require.NoError(t, err)
 	waitActive(t, other)
 	waitListening(t, other, true)
 	l.Close()
-	listening, _ = other.Listening()
+	listening, _ = isListening(other)
 	require.False(t, listening)
 }
 
@@ -407,7 +413,7 @@ func TestListeningIsFalseBehindAPooler(t *testing.T) {
 	s, err := pooled.Subscribe("theta")
 	require.NoError(t, err)
 	waitActive(t, s)
-	listening, _ := s.Listening()
+	listening, _ := isListening(s)
 	require.False(t, listening, "the LISTEN ran, but through a pooler")
 	mu.Lock()
 	require.Contains(t, logs.String(), "goes through a connection pooler")
@@ -417,7 +423,7 @@ func TestListeningIsFalseBehindAPooler(t *testing.T) {
 	d, err := direct.Subscribe("theta")
 	require.NoError(t, err)
 	waitActive(t, d)
-	listening, _ = d.Listening()
+	listening, _ = isListening(d)
 	require.True(t, listening, "a direct connection")
 }
 

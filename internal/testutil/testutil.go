@@ -166,7 +166,8 @@ func Notifications(t testing.TB, url string, channels ...string) func() []string
 		require.NoError(t, err)
 	}
 	return func() []string {
-		token := fmt.Sprintf("marker %d", time.Now().UnixNano())
+		// Every collector of a test listens on the marker channel: each waits for its own marker.
+		token := fmt.Sprintf("marker %p %d", conn, time.Now().UnixNano())
 		sender, err := pgx.Connect(ctx, url)
 		require.NoError(t, err)
 		defer sender.Close(context.Background())

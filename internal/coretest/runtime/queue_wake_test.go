@@ -1,8 +1,6 @@
 package runtime_test
 
 import (
-	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	fx "github.com/pgflow-go/pgflow/internal/coretest/fixture"
+	"github.com/pgflow-go/pgflow/internal/testutil"
 )
 
 // queueNotifications listens on pgflow:queue:<queue> and returns a function that collects the payloads that
@@ -82,40 +81,18 @@ func workerChannel(id string) string { return "pgflow:w:" + id }
 type note struct{ Channel, Payload string }
 
 // channelNotifications listens on the channels and returns a function that collects what arrived on any of them,
-// waiting until a marker notification sent after the action shows that everything before it was delivered.
+// waiting until a marker notification sent after the action shows that everything before it was delivered
+// (testutil.Notifications, split into channel and payload).
 func channelNotifications(t *testing.T, url string, channels ...string) func() []note {
 	t.Helper()
-	ctx := fx.Ctx(t)
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	const markerChannel = "test:marker"
-	for _, ch := range append([]string{markerChannel}, channels...) {
-		_, err = conn.Exec(ctx, "listen "+pgx.Identifier{ch}.Sanitize())
-		require.NoError(t, err)
-	}
+	collect := testutil.Notifications(t, url, channels...)
 	return func() []note {
-		marker, err := pgx.Connect(ctx, url)
-		require.NoError(t, err)
-		defer marker.Close(context.Background())
-		// Every collector of a test listens on the marker channel: each waits for its own marker.
-		token := fmt.Sprintf("marker %p %d", conn, time.Now().UnixNano())
-		_, err = marker.Exec(ctx, `select pg_notify($1, $2)`, markerChannel, token)
-		require.NoError(t, err)
 		var got []note
-		wctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		for {
-			n, err := conn.WaitForNotification(wctx)
-			require.NoError(t, err)
-			if n.Channel == markerChannel {
-				if n.Payload == token {
-					return got
-				}
-				continue
-			}
-			got = append(got, note{n.Channel, n.Payload})
+		for _, n := range collect() {
+			channel, payload, _ := strings.Cut(n, " ") // channel names here have no space
+			got = append(got, note{channel, payload})
 		}
+		return got
 	}
 }
 
