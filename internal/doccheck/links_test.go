@@ -21,7 +21,7 @@ func linkedPages(t *testing.T) []string {
 }
 
 var (
-	fencedBlock = regexp.MustCompile("(?ms)^```.*?^```")
+	fencedBlock = regexp.MustCompile("(?ms)^```.*?\n```")
 	codeSpan    = regexp.MustCompile("`[^`\n]*`")
 	heading     = regexp.MustCompile(`(?m)^#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$`)
 	inlineLink  = regexp.MustCompile(`\[([^\]]*)\]\(([^)\s]+)\)`)
