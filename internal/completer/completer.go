@@ -114,8 +114,8 @@ func New(cfg Config) *Completer {
 	return c
 }
 
-// Stop ends the flusher once its calls in flight have returned. A handler that reports later (one that ignored its context and was abandoned) gets
-// observe.Unreported.
+// Stop ends the flusher once its calls in flight have returned. A handler that reports later (one that ignored its
+// context and was abandoned) gets observe.Unreported.
 func (c *Completer) Stop() {
 	c.stopOnce.Do(func() {
 		c.mu.Lock()

@@ -200,14 +200,19 @@ type snippet struct {
 	code string
 }
 
-// pages returns the Go snippets of README.md and docs/*.md by page, in page order.
-func pages(t *testing.T) (names []string, byPage map[string][]snippet) {
+// docPages are the paths of every page of docs/ and of the README.
+func docPages(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
 	require.NoError(t, err)
-	files = append(files, filepath.Join(repoRoot, "README.md"))
+	return append(files, filepath.Join(repoRoot, "README.md"))
+}
+
+// pages returns the Go snippets of README.md and docs/*.md by page, in page order.
+func pages(t *testing.T) (names []string, byPage map[string][]snippet) {
+	t.Helper()
 	byPage = map[string][]snippet{}
-	for _, f := range files {
+	for _, f := range docPages(t) {
 		b, err := os.ReadFile(f)
 		require.NoError(t, err)
 		page, err := filepath.Rel(repoRoot, f)

@@ -10,16 +10,6 @@ import (
 	"unicode"
 )
 
-// The pages whose links are checked: the README, the changelog and every page of docs/.
-func linkedPages(t *testing.T) []string {
-	t.Helper()
-	pages, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return append(pages, filepath.Join(repoRoot, "README.md"), filepath.Join(repoRoot, "CHANGELOG.md"))
-}
-
 var (
 	fencedBlock = regexp.MustCompile("(?ms)^```.*?\n```")
 	codeSpan    = regexp.MustCompile("`[^`\n]*`")
@@ -62,8 +52,9 @@ func anchorsOf(page string) map[string]bool {
 	return anchors
 }
 
-// TestDocLinksResolve checks every relative link of the pages: the file exists and, for a link to a heading of a
-// Markdown page, the page has that heading. A renamed heading or page cannot leave a dangling link behind.
+// TestDocLinksResolve checks every relative link of the README, the changelog and docs/: the file exists and,
+// for a link to a heading of a Markdown page, the page has that heading. A renamed heading or page cannot leave a
+// dangling link behind.
 func TestDocLinksResolve(t *testing.T) {
 	anchors := map[string]map[string]bool{}
 	pageAnchors := func(path string) map[string]bool {
@@ -78,7 +69,7 @@ func TestDocLinksResolve(t *testing.T) {
 		return anchors[path]
 	}
 	checked := 0
-	for _, page := range linkedPages(t) {
+	for _, page := range append(docPages(t), filepath.Join(repoRoot, "CHANGELOG.md")) {
 		src, err := os.ReadFile(page)
 		if err != nil {
 			t.Fatal(err)
