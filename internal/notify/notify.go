@@ -422,8 +422,9 @@ type Subscription struct {
 	limit   int
 
 	// listening is guarded by l.mu: true while the current connection listens on the channel for this
-	// subscription (it has received its Resync). heard, guarded by l.mu too, is whether ListenerPID reports a session: listening
-	// on a direct connection, and not closed. changed (l.mu) is closed and replaced whenever heard changes.
+	// subscription (it has received its Resync). heard, guarded by l.mu too, is whether ListenerPID reports a
+	// session: listening on a direct connection, and not closed. changed (l.mu) is closed and replaced whenever
+	// heard changes.
 	listening  bool
 	heard      bool
 	changed    chan struct{}
