@@ -108,8 +108,8 @@ func (e *env) runBaseline(ctx context.Context, d time.Duration, progress func(Pr
 
 // baselineTx is one baseline transaction, written as an application writes it: BEGIN, INSERT, UPDATE and COMMIT
 // as four statements (four round trips). The statements have no parameters, so pgx sends them with the simple
-// protocol (parsed and planned at every call), as pgbench does by default; parameters would make pgx prepare them
-// and raise the baseline by about 15 %, and every ratio measured since the first release with it.
+// protocol (parsed and planned at every call), as pgbench does by default. Parameters would make pgx prepare them
+// and raise the baseline by about 15 %, which would make every ratio incomparable with those measured before.
 func baselineTx(ctx context.Context, conn *pgxpool.Conn) error {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
