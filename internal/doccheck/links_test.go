@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/stretchr/testify/require"
 )
 
 var (
@@ -62,18 +64,14 @@ func TestDocLinksResolve(t *testing.T) {
 			return a
 		}
 		src, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		anchors[path] = anchorsOf(string(src))
 		return anchors[path]
 	}
 	checked := 0
 	for _, page := range append(docPages(t), filepath.Join(repoRoot, "CHANGELOG.md")) {
 		src, err := os.ReadFile(page)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		name, _ := filepath.Rel(repoRoot, page)
 		for _, m := range inlineLink.FindAllStringSubmatch(prose(string(src)), -1) {
 			link := m[2]
