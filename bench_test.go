@@ -52,6 +52,7 @@ func benchScenario(b *testing.B, scenario string, runsPerOp int) {
 		if r.CommitsPer > 0 {
 			b.ReportMetric(r.CommitsPer, "commits/"+r.CostPer)
 			b.ReportMetric(r.WALBytesPer, "WAL-B/"+r.CostPer)
+			b.ReportMetric(r.BuffersPer, "buffers/"+r.CostPer)
 		}
 		if r.WorkerCPUMicrosPer > 0 { // this process's CPU: the workers run in it
 			b.ReportMetric(r.WorkerCPUMicrosPer, "worker-cpu-us/"+r.CostPer)

@@ -28,6 +28,7 @@ type Baseline struct {
 	CommitsPerTx  float64 `json:"commits_per_tx"`      // from pg_stat_database (1 plus monitoring noise)
 	WALBytesPerTx float64 `json:"wal_bytes_per_tx"`    // pg_current_wal_insert_lsn delta per transaction
 	RowsPerTx     float64 `json:"rows_written_per_tx"` // pg_stat_user_tables delta per transaction (2)
+	BuffersPerTx  float64 `json:"buffers_per_tx"`      // pg_stat_database blks_hit + blks_read delta per transaction
 	// ServerCPUMicrosPerTx is the server's CPU time per transaction (0 when the server is not on this machine).
 	ServerCPUMicrosPerTx float64 `json:"server_cpu_us_per_tx,omitempty"`
 	// The baseline is measured before and after the scenarios; the figures above combine both measurements
@@ -47,6 +48,7 @@ func (b Baseline) combine(after Baseline) Baseline {
 	c.CommitsPerTx = avg(b.CommitsPerTx, after.CommitsPerTx)
 	c.WALBytesPerTx = avg(b.WALBytesPerTx, after.WALBytesPerTx)
 	c.RowsPerTx = avg(b.RowsPerTx, after.RowsPerTx)
+	c.BuffersPerTx = avg(b.BuffersPerTx, after.BuffersPerTx)
 	c.ServerCPUMicrosPerTx = avg(b.ServerCPUMicrosPerTx, after.ServerCPUMicrosPerTx)
 	return c
 }
@@ -99,6 +101,7 @@ func (e *env) runBaseline(ctx context.Context, d time.Duration, progress func(Pr
 	b.CommitsPerTx = float64(dl.commits) / float64(n)
 	b.WALBytesPerTx = float64(dl.walBytes) / float64(n)
 	b.RowsPerTx = float64(dl.rows) / float64(n)
+	b.BuffersPerTx = float64(dl.buffers) / float64(n)
 	b.ServerCPUMicrosPerTx = float64(dl.cpu.Microseconds()) / float64(n)
 	if _, err := e.mon.Exec(ctx, `drop table `+baselineTable); err != nil {
 		return b, fmt.Errorf("bench: drop the baseline table: %w", err)

@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -49,6 +52,8 @@ func checkReport(t *testing.T, cfg Config, rep *Report) {
 	require.InDelta(t, 2.0, b.RowsPerTx, 1e-9, "rows written per baseline transaction")
 	require.GreaterOrEqual(t, b.CommitsPerTx, 1.0)
 	require.Positive(t, b.WALBytesPerTx)
+	// A row is written on a page the writer has in a buffer: at least one buffer access per row written.
+	require.GreaterOrEqual(t, b.BuffersPerTx, b.RowsPerTx, "buffer accesses per baseline transaction")
 
 	var names []string
 	for _, r := range rep.Results {
@@ -63,6 +68,7 @@ func checkReport(t *testing.T, cfg Config, rep *Report) {
 			require.Positive(t, r.RunsPerSec)
 			require.Positive(t, r.CommitsPer)
 			require.Positive(t, r.RowsWrittenPer)
+			require.GreaterOrEqual(t, r.BuffersPer, r.RowsWrittenPer, "buffer accesses per run")
 			require.Positive(t, r.WorkerCPUMicrosPer, "the starters run in the bench process: its CPU per run is measured")
 			require.InDelta(t, r.RunsPerSec/b.CommitsPerSec, r.Ratios.RunsPerSec, 1e-9)
 		case ScenarioIdle:
@@ -94,6 +100,8 @@ func checkReport(t *testing.T, cfg Config, rep *Report) {
 			require.Positive(t, r.CommitsPer, "%s", r.Scenario)
 			require.GreaterOrEqual(t, r.RowsWrittenPer, 1.0, "%s", r.Scenario)
 			require.Positive(t, r.WALBytesPer, "%s", r.Scenario)
+			require.GreaterOrEqual(t, r.BuffersPer, r.RowsWrittenPer, "%s: buffer accesses per task", r.Scenario)
+			require.InDelta(t, r.BuffersPer/b.BuffersPerTx, r.Ratios.Buffers, 1e-9)
 			// The workers run in the bench process: its CPU time over the window, per task, is measured.
 			require.Positive(t, r.WorkerCPUMicrosPer, "%s: worker CPU per task", r.Scenario)
 			require.Positive(t, r.LatencyP50Ms, "%s", r.Scenario)
@@ -305,6 +313,39 @@ func TestPercentileAndRates(t *testing.T) {
 	require.Equal(t, uint64(0x16)<<32|0xB374D848, lsn)
 	_, err = parseLSN("nonsense")
 	require.ErrorContains(t, err, `"nonsense"`)
+}
+
+// TestWriteTableLinesUpEveryColumn: the text table has as many headings as each row has figures, each figure under
+// its heading (a column added to the rows but not to the headings shifts every figure after it).
+func TestWriteTableLinesUpEveryColumn(t *testing.T) {
+	t.Parallel()
+	b := Baseline{Clients: 2, Transactions: 1000, Seconds: 1, CommitsPerSec: 1000, LatencyMs: 2, CommitsPerTx: 1,
+		WALBytesPerTx: 260, RowsPerTx: 2, BuffersPerTx: 12, ServerCPUMicrosPerTx: 300}
+	r := Result{Scenario: ScenarioOneStep, Mode: ModeBurnDown, Runs: 10, Tasks: 10, TasksCompleted: 10, RunsPerSec: 4000,
+		TasksPerSec: 4000, LatencyP50Ms: 1, LatencyP95Ms: 2, LatencyP99Ms: 3, CostPer: "task", CommitsPer: 0.03,
+		WALBytesPer: 3300, RowsWrittenPer: 7, BuffersPer: 185, ServerCPUMicrosPer: 210, WorkerCPUMicrosPer: 30}
+	r.ratios(b)
+	rep := &Report{Baseline: b, Results: []Result{r}}
+	var out bytes.Buffer
+	require.NoError(t, rep.WriteTable(&out))
+	require.Contains(t, out.String(), "12.0 buffers/tx")
+
+	var heading, row []string
+	gaps := regexp.MustCompile(`\s{2,}`)
+	for line := range strings.Lines(out.String()) {
+		fields := gaps.Split(strings.TrimSpace(line), -1)
+		switch fields[0] {
+		case "scenario":
+			heading = fields
+		case ScenarioOneStep:
+			row = fields
+		}
+	}
+	require.Len(t, row, len(heading), "heading %q, row %q", heading, row)
+	column := slices.Index(heading, "buffers/task (×base)")
+	require.NotEqual(t, -1, column, "heading %q", heading)
+	require.Equal(t, "185 (15.417)", row[column])
+	require.Equal(t, "210 (0.7)", row[slices.Index(heading, "server CPU µs/task (×base)")])
 }
 
 // TestWarmStartersStartsOnEveryConnectionAndLeavesNothing: before the start scenario's clock runs, each starter

@@ -163,6 +163,7 @@ type counters struct {
 	commits int64         // pg_stat_database.xact_commit of the benchmark database
 	wal     uint64        // pg_current_wal_insert_lsn() as a byte position (WAL written or not yet written: all generated)
 	rows    int64         // rows inserted, updated and deleted in the database's tables (pg_stat_user_tables)
+	buffers int64         // shared-buffer accesses of the database's sessions: pg_stat_database.blks_hit + blks_read
 	fpi     int64         // full-page images written to the WAL, whole server (pg_stat_wal.wal_fpi; 0 before PostgreSQL 14)
 	cpu     time.Duration // the server's CPU time so far, every process of it (0 when the server is not local)
 	self    time.Duration // this process's CPU time so far, user + system (the in-process workers' included)
@@ -179,11 +180,13 @@ func (e *env) snapshot(ctx context.Context) (counters, error) {
 		fpi = "(select w.wal_fpi from pg_stat_wal as w)"
 	}
 	err := e.mon.QueryRow(ctx, `
-		select (select d.xact_commit from pg_stat_database as d where d.datname = current_database()),
+		select d.xact_commit, d.blks_hit + d.blks_read,
 		       pg_current_wal_insert_lsn()::text,
 		       (select coalesce(sum(t.n_tup_ins + t.n_tup_upd + t.n_tup_del), 0)::bigint from pg_stat_user_tables as t),
-		       `+fpi).
-		Scan(&c.commits, &lsn, &c.rows, &c.fpi)
+		       `+fpi+`
+		  from pg_stat_database as d
+		 where d.datname = current_database()`).
+		Scan(&c.commits, &c.buffers, &lsn, &c.rows, &c.fpi)
 	if err != nil {
 		return c, fmt.Errorf("bench: read the database counters: %w", err)
 	}
@@ -214,14 +217,15 @@ type delta struct {
 	commits  int64
 	walBytes int64
 	rows     int64
+	buffers  int64
 	fpi      int64
 	cpu      time.Duration // server CPU time
 	selfCPU  time.Duration // this process's CPU time (the workers', the monitor's polls, the bench's own work)
 }
 
 func (a counters) to(b counters) delta {
-	return delta{commits: b.commits - a.commits, walBytes: int64(b.wal - a.wal), rows: b.rows - a.rows, fpi: b.fpi - a.fpi,
-		cpu: b.cpu - a.cpu, selfCPU: b.self - a.self}
+	return delta{commits: b.commits - a.commits, walBytes: int64(b.wal - a.wal), rows: b.rows - a.rows,
+		buffers: b.buffers - a.buffers, fpi: b.fpi - a.fpi, cpu: b.cpu - a.cpu, selfCPU: b.self - a.self}
 }
 
 // flushStats makes the statistics of the monitoring pool's backends visible: they are flushed when a backend

@@ -110,6 +110,10 @@ type Result struct {
 	CommitsPer     float64 `json:"commits_per"`
 	WALBytesPer    float64 `json:"wal_bytes_per"`
 	RowsWrittenPer float64 `json:"rows_written_per"`
+	// BuffersPer is the shared-buffer pages the database's sessions accessed per task (or run): pg_stat_database's
+	// blks_hit + blks_read, autovacuum's included. Like rows and WAL it counts work, not time, so it does not move
+	// with the machine's load; under concurrency each access costs more CPU, the count stays the same.
+	BuffersPer float64 `json:"buffers_per"`
 	// ServerCPUMicrosPer is the database server's CPU time per task (or run), every server process counted,
 	// when the server runs on this machine (0 otherwise). It depends on the machine, not on the load of others.
 	ServerCPUMicrosPer float64 `json:"server_cpu_us_per,omitempty"`
@@ -120,6 +124,7 @@ type Result struct {
 	TotalCommits       int64   `json:"total_commits"`
 	TotalWALBytes      int64   `json:"total_wal_bytes"`
 	TotalRowsWriten    int64   `json:"total_rows_written"`
+	TotalBuffers       int64   `json:"total_buffers"`
 
 	// Delayed work (scenario delayed): how late a delayed task was claimed after it became due, for start delays
 	// (due: queued_at + the delay) and for RetryAfter retries (due: step_tasks.retry_at).
@@ -145,6 +150,7 @@ type Ratios struct {
 	Commits      float64 `json:"commits"`         // commits per task ÷ commits per baseline transaction
 	WALBytes     float64 `json:"wal_bytes"`       // WAL bytes per task ÷ WAL bytes per baseline transaction
 	RowsWritten  float64 `json:"rows_written"`    // rows per task ÷ rows per baseline transaction
+	Buffers      float64 `json:"buffers"`         // buffer accesses per task ÷ per baseline transaction
 	IdleRequests float64 `json:"idle_statements"` // idle statements/s ÷ baseline commits/s
 	ServerCPU    float64 `json:"server_cpu"`      // server CPU per task ÷ server CPU per baseline transaction
 }
@@ -167,10 +173,11 @@ func (r *Result) setCostPerRun(d delta) {
 }
 
 func (r *Result) setTotals(d delta, n int) {
-	r.TotalCommits, r.TotalWALBytes, r.TotalRowsWriten = d.commits, d.walBytes, d.rows
+	r.TotalCommits, r.TotalWALBytes, r.TotalRowsWriten, r.TotalBuffers = d.commits, d.walBytes, d.rows, d.buffers
 	r.CommitsPer = float64(d.commits) / float64(n)
 	r.WALBytesPer = float64(d.walBytes) / float64(n)
 	r.RowsWrittenPer = float64(d.rows) / float64(n)
+	r.BuffersPer = float64(d.buffers) / float64(n)
 	r.ServerCPUMicrosPer = float64(d.cpu.Microseconds()) / float64(n)
 	r.WorkerCPUMicrosPer = float64(d.selfCPU.Microseconds()) / float64(n)
 }
@@ -231,6 +238,7 @@ func (r *Result) ratios(b Baseline) {
 		Commits:      ratio(r.CommitsPer, b.CommitsPerTx),
 		WALBytes:     ratio(r.WALBytesPer, b.WALBytesPerTx),
 		RowsWritten:  ratio(r.RowsWrittenPer, b.RowsPerTx),
+		Buffers:      ratio(r.BuffersPer, b.BuffersPerTx),
 		IdleRequests: ratio(r.IdleStatementsPerSec, b.CommitsPerSec),
 		ServerCPU:    ratio(r.ServerCPUMicrosPer, b.ServerCPUMicrosPerTx),
 	}
@@ -264,9 +272,9 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	b := rep.Baseline
-	fmt.Fprintf(w, "baseline: %d clients, one-row insert+update per transaction: %.0f commits/s (before %.0f, after %.0f), %.2f ms/tx, %.0f WAL bytes/tx, %.1f rows/tx, %s server CPU µs/tx (%d tx in %.1fs)\n\n",
+	fmt.Fprintf(w, "baseline: %d clients, one-row insert+update per transaction: %.0f commits/s (before %.0f, after %.0f), %.2f ms/tx, %.0f WAL bytes/tx, %.1f rows/tx, %.1f buffers/tx, %s server CPU µs/tx (%d tx in %.1fs)\n\n",
 		b.Clients, b.CommitsPerSec, b.CommitsPerSecBefore, b.CommitsPerSecAfter, b.LatencyMs, b.WALBytesPerTx, b.RowsPerTx,
-		num(b.ServerCPUMicrosPerTx, 0), b.Transactions, b.Seconds)
+		b.BuffersPerTx, num(b.ServerCPUMicrosPerTx, 0), b.Transactions, b.Seconds)
 
 	if err := rep.writeResults(w); err != nil {
 		return err
@@ -352,7 +360,7 @@ func (rep *Report) writeResults(w io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmode\truns\ttasks\truns/s (×base)\ttasks/s (×base)\tp50 ms\tp95 ms\tp99 ms (×base)\tcommits/task (×base)\tWAL B/task (×base)\trows/task (×base)\tserver CPU µs/task (×base)\tworker CPU µs/task\t")
+	fmt.Fprintln(tw, "scenario\tmode\truns\ttasks\truns/s (×base)\ttasks/s (×base)\tp50 ms\tp95 ms\tp99 ms (×base)\tcommits/task (×base)\tWAL B/task (×base)\trows/task (×base)\tbuffers/task (×base)\tserver CPU µs/task (×base)\tworker CPU µs/task\t")
 	for _, r := range rep.Results {
 		if r.Scenario == ScenarioIdle {
 			continue
@@ -361,7 +369,7 @@ func (rep *Report) writeResults(w io.Writer) error {
 		if r.CostPer == "run" {
 			per = "run"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 			r.Scenario, r.Mode, r.Runs, r.Tasks,
 			withRatio(r.RunsPerSec, r.Ratios.RunsPerSec, 0),
 			withRatio(r.TasksPerSec, r.Ratios.TasksPerSec, 0),
@@ -370,6 +378,7 @@ func (rep *Report) writeResults(w io.Writer) error {
 			withRatio(r.CommitsPer, r.Ratios.Commits, 2)+perSuffix(per),
 			withRatio(r.WALBytesPer, r.Ratios.WALBytes, 0)+perSuffix(per),
 			withRatio(r.RowsWrittenPer, r.Ratios.RowsWritten, 1)+perSuffix(per),
+			withRatio(r.BuffersPer, r.Ratios.Buffers, 0)+perSuffix(per),
 			withRatio(r.ServerCPUMicrosPer, r.Ratios.ServerCPU, 0)+perSuffix(per),
 			num(r.WorkerCPUMicrosPer, 0)+perSuffix(per))
 	}
