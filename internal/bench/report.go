@@ -110,10 +110,10 @@ type Result struct {
 	CommitsPer     float64 `json:"commits_per"`
 	WALBytesPer    float64 `json:"wal_bytes_per"`
 	RowsWrittenPer float64 `json:"rows_written_per"`
-	// BuffersPer is the shared-buffer pages the database's sessions accessed per task (or run): pg_stat_database's
-	// blks_hit + blks_read, autovacuum's and the monitor's progress counts included. Like rows and WAL it counts
-	// work, not time, so it does not move with the machine's load; under concurrency each access costs more CPU,
-	// the count stays the same.
+	// BuffersPer is the number of shared-buffer accesses per task (or run) by the database's sessions:
+	// pg_stat_database's blks_hit + blks_read, autovacuum's and the monitor's progress counts included. Like rows
+	// and WAL it counts work, not time, so it does not move with the machine's load: under concurrency each access
+	// costs more CPU, but the count stays the same.
 	BuffersPer float64 `json:"buffers_per"`
 	// ServerCPUMicrosPer is the database server's CPU time per task (or run), every server process counted,
 	// when the server runs on this machine (0 otherwise). It depends on the machine, not on the load of others.
