@@ -49,19 +49,25 @@ begin
              last_worker_id = p_worker_id
        where t.ctid = any (array(select c.row_address from candidates as c))
       returning t.ctid as row_address, t.flow_slug, t.step_slug, t.message_id
+    ),
+    -- The definitions once per call, not once per task (v0.20.0): the flow's, as every claimed task is of
+    -- p_flow_slug, and the timeout of each step claimed, one lookup per step (LIMIT keeps it a lookup), gathered in
+    -- a JSON object that each task reads by slug (a binary search: no join of the tasks against the steps).
+    step_timeouts as (
+      select jsonb_object_agg(k.step_slug, s.opt_timeout) as by_slug
+        from (select distinct c.step_slug from claimed as c) as k
+        cross join lateral (
+          select s.opt_timeout from pgflow.steps as s
+           where s.flow_slug = p_flow_slug and s.step_slug = k.step_slug limit 1) as s
     )
     select c.row_address,
            c.message_id,
-           least(coalesce(s.opt_timeout, f.opt_timeout), 2147483645) + 2,
-           f.message_retention = 'delete'
+           least(coalesce((st.by_slug ->> c.step_slug)::integer,
+                          (select f.opt_timeout from pgflow.flows as f where f.flow_slug = p_flow_slug)),
+                 2147483645) + 2,
+           (select f.message_retention from pgflow.flows as f where f.flow_slug = p_flow_slug) = 'delete'
       from claimed as c
-      -- The definitions one lookup per task (LIMIT keeps them lookups): as a join, a plan of nested loops may read
-      -- every step of every flow and scan the claimed tasks again for each one.
-      cross join lateral (
-        select s.opt_timeout from pgflow.steps as s
-         where s.flow_slug = c.flow_slug and s.step_slug = c.step_slug limit 1) as s
-      cross join lateral (
-        select f.opt_timeout, f.message_retention from pgflow.flows as f where f.flow_slug = c.flow_slug limit 1) as f;
+      cross join step_timeouts as st;
 end;
 $$;
 
@@ -76,5 +82,6 @@ task goes to one caller only. No PGMQ row is read or changed here. Returns one r
 address (valid until the caller's transaction ends), its message id, the visibility its message needs, the
 effective step timeout + 2 seconds (at most 2147483647), and whether the message is to be deleted instead
 (v0.20.0: the flow's message_retention is 'delete'). Its cost grows with the number of ids only: each id is
-looked up by the unique key, each row locked and updated by its address.
+looked up by the unique key, each row locked and updated by its address; the definitions are read once per
+call (the flow) and once per step claimed, not once per task.
 $doc$;

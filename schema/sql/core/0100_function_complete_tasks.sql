@@ -57,6 +57,9 @@ declare
   v_msg_ids    bigint[];
   v_msg_queues text[];
   v_queue_count integer;
+  v_pair_flows text[];
+  v_pair_steps text[];
+  v_defs       jsonb;
 begin
   if v_n <> coalesce(cardinality(complete_tasks.step_slugs), 0)
      or v_n <> coalesce(cardinality(complete_tasks.task_indexes), 0)
@@ -80,23 +83,27 @@ begin
   -- planner reached the states through idx_step_states_flow_slug, reading every state of the flow for each
   -- completed task (135,000 rows per batch of 100 with 3,000 chain runs).
   -- One statement takes the three sets of locks, in that order: the arms of a UNION ALL run one after the other,
-  -- each to its end (three statements paid a statement's fixed cost three times).
-  perform
+  -- each to its end (three statements paid a statement's fixed cost three times). It also yields the flow and
+  -- step of every step state it locked, for the definitions below (FILTER, not WHERE: a condition outside the
+  -- arms could be pushed into them and drop an arm's locks).
+  select array_agg(locks.flow_slug) filter (where locks.flow_slug is not null),
+         array_agg(locks.step_slug) filter (where locks.flow_slug is not null)
+    into v_pair_flows, v_pair_steps
     from (
-      select 1
+      select null::text as flow_slug, null::text as step_slug
         from (select distinct x.run_id from unnest(complete_tasks.run_ids) as x (run_id) order by x.run_id) as k
         cross join lateral (select from pgflow.runs as r where r.run_id = k.run_id for update) as l
       union all
-      select 1
+      select l.flow_slug, l.step_slug
         from (select distinct x.run_id, x.step_slug
                 from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) as x (run_id, step_slug)
                order by x.run_id, x.step_slug) as k
         cross join lateral (
-          select from pgflow.step_states as ss
+          select ss.flow_slug, ss.step_slug from pgflow.step_states as ss
            where ss.run_id = k.run_id and ss.step_slug = k.step_slug
              for update) as l
       union all
-      select 1
+      select null, null
         from (select distinct x.run_id, x.step_slug, x.task_index
                 from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes)
                        as x (run_id, step_slug, task_index)
@@ -106,6 +113,50 @@ begin
            where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
              for update) as l
     ) as locks;
+
+  -- The definitions the statements below need, read once per call instead of once per task (v0.20.0: 10-20
+  -- buffer accesses per task before, on the pages every worker reads, which two workers contend for). One JSON
+  -- object, whose keys are found by binary search (no join of the tasks against the definitions, whatever their
+  -- numbers; slugs have no spaces):
+  --   '<flow>'        [whether the flow has a step with a condition pattern,
+  --                    its steps that have dependents, as the keys of an object];
+  --   '<flow> <step>' for each step with a task in this call: [step_type, step_index,
+  --                    its dependents as [slug, step_type, step_index, queue_name, start delay] ordered by slug,
+  --                    whether one of them is a map].
+  select coalesce(jsonb_object_agg(d.k, d.v), '{}')
+    into v_defs
+    from (
+      select p.flow_slug || ' ' || p.step_slug as k,
+             jsonb_build_array(s.step_type, s.step_index, coalesce(ch.dependents, '[]'),
+                               coalesce(ch.map_dependent, false)) as v
+        from (select distinct x.flow_slug, x.step_slug
+                from unnest(v_pair_flows, v_pair_steps) as x (flow_slug, step_slug)) as p
+        cross join lateral (
+          select s.step_type, s.step_index from pgflow.steps as s
+           where s.flow_slug = p.flow_slug and s.step_slug = p.step_slug limit 1) as s
+        cross join lateral (
+          select jsonb_agg(jsonb_build_array(d.step_slug, c.step_type, c.step_index, c.queue_name,
+                                             coalesce(c.opt_start_delay, 0)) order by d.step_slug) as dependents,
+                 bool_or(c.step_type = 'map') as map_dependent
+            from pgflow.deps as d
+            cross join lateral (
+              select c.step_type, c.step_index, c.queue_name, c.opt_start_delay from pgflow.steps as c
+               where c.flow_slug = d.flow_slug and c.step_slug = d.step_slug limit 1) as c
+           where d.flow_slug = p.flow_slug and d.dep_slug = p.step_slug) as ch
+      union all
+      select f.flow_slug,
+             jsonb_build_array(
+               exists (
+                 select 1
+                   from pgflow.steps as cs
+                  where cs.flow_slug = f.flow_slug
+                    and (cs.required_input_pattern is not null or cs.forbidden_input_pattern is not null)),
+               -- One scan of the flow's dependencies: the steps that are not leaves.
+               coalesce((select jsonb_object_agg(d.dep_slug, true)
+                           from pgflow.deps as d
+                          where d.flow_slug = f.flow_slug), '{}'))
+        from (select distinct x.flow_slug from unnest(v_pair_flows) as x (flow_slug)) as f
+    ) as d;
 
   -- Sort out what cannot be recorded (unknown, duplicate, stale, no longer started) and split the rest into the
   -- plainly completable tasks and the others. A run with any task of the others has all its recordable tasks of
@@ -130,22 +181,16 @@ begin
                r.status = 'started'
                and ss.status = 'started'
                and t.status = 'started'
-               and not exists (
-                 select 1
-                   from pgflow.steps as cs
-                  where cs.flow_slug = r.flow_slug
-                    and (cs.required_input_pattern is not null or cs.forbidden_input_pattern is not null))
+               and not (v_defs -> r.flow_slug ->> 0)::boolean
                and not (
-                 s.step_type = 'single'
+                 (v_defs -> (r.flow_slug || ' ' || x.step_slug) ->> 0) = 'single'
                  and jsonb_typeof(x.output) is distinct from 'array'
+                 and (v_defs -> (r.flow_slug || ' ' || x.step_slug) ->> 3)::boolean
                  and exists (
                    select 1
-                     from pgflow.deps as d
-                     join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
-                     join pgflow.step_states as cst on cst.run_id = x.run_id and cst.step_slug = c.step_slug
-                    where d.flow_slug = r.flow_slug
-                      and d.dep_slug = x.step_slug
-                      and c.step_type = 'map'
+                     from jsonb_array_elements(v_defs -> (r.flow_slug || ' ' || x.step_slug) -> 2) as c (d)
+                     join pgflow.step_states as cst on cst.run_id = x.run_id and cst.step_slug = c.d ->> 0
+                    where c.d ->> 1 = 'map'
                       and cst.status = 'created'
                       and cst.initial_tasks is null)),
                false) as fast
@@ -162,9 +207,6 @@ begin
           select t.run_id, t.status, t.attempts_count from pgflow.step_tasks as t
            where t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
            limit 1) as t on true
-        left join lateral (
-          select s.step_type from pgflow.steps as s
-           where s.flow_slug = r.flow_slug and s.step_slug = x.step_slug limit 1) as s on true
         ) as f
     ) as c;
 
@@ -211,9 +253,7 @@ begin
              completed_at = case when ss.remaining_tasks - c.n = 0 then now() else ss.completed_at end,
              output = case
                         when ss.remaining_tasks - c.n <> 0 then ss.output
-                        when (select s.step_type
-                                from pgflow.steps as s
-                               where s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug) = 'map' then (
+                        when (v_defs -> (ss.flow_slug || ' ' || ss.step_slug) ->> 0) = 'map' then (
                           select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
                             from pgflow.step_tasks as t
                            where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.status = 'completed')
@@ -223,9 +263,7 @@ begin
        where ss.run_id = c.run_id
          and ss.step_slug = c.step_slug
       returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.output, ss.completed_at,
-                (select s.step_index
-                   from pgflow.steps as s
-                  where s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug) as step_index
+                (v_defs -> (ss.flow_slug || ' ' || ss.step_slug) ->> 1)::integer as step_index
     )
     select array_agg(u.run_id order by u.run_id, u.step_index),
            array_agg(u.step_slug order by u.run_id, u.step_index),
@@ -239,10 +277,8 @@ begin
                        'status', u.status,
                        'output', u.output,
                        'completed_at', u.completed_at) end order by u.run_id, u.step_index),
-           -- Whether any completed step has dependents (looked up for completed steps only).
-           coalesce(bool_or(exists (select 1
-                                      from pgflow.deps as d
-                                     where d.flow_slug = u.flow_slug and d.dep_slug = u.step_slug)), false)
+           -- Whether any completed step has dependents.
+           coalesce(bool_or(jsonb_array_length(v_defs -> (u.flow_slug || ' ' || u.step_slug) -> 2) > 0), false)
       into v_c_runs, v_c_steps, v_c_flows, v_c_outputs, v_events, v_dependents
       from updated as u
      where u.status = 'completed';
@@ -257,13 +293,10 @@ begin
       if v_dependents then
         select count(*)
           into v_children
-          from (select distinct x.run_id, d.step_slug
+          from (select distinct x.run_id, d.e ->> 0 as step_slug
                     from unnest(v_c_runs, v_c_steps, v_c_flows) as x (run_id, step_slug, flow_slug)
-                    cross join lateral (
-                      select d.step_slug from pgflow.deps as d
-                       where d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
-                      offset 0) as d  -- OFFSET keeps it a lookup per completed step
-                   order by x.run_id, d.step_slug) as k
+                    cross join lateral jsonb_array_elements(v_defs -> (x.flow_slug || ' ' || x.step_slug) -> 2) as d (e)
+                   order by x.run_id, d.e ->> 0) as k
             cross join lateral (
               select from pgflow.step_states as cs
                where cs.run_id = k.run_id and cs.step_slug = k.step_slug
@@ -308,21 +341,14 @@ begin
                                      else cs.remaining_tasks
                                    end
             from (
-              select x.run_id, d.step_slug as child_slug, ch.step_type as child_type, ch.step_index as child_index,
-                     ch.queue_name as child_queue, coalesce(ch.opt_start_delay, 0) as child_delay,
+              select x.run_id, d.e ->> 0 as child_slug, d.e ->> 1 as child_type, (d.e ->> 2)::integer as child_index,
+                     d.e ->> 3 as child_queue, (d.e ->> 4)::integer as child_delay,
                      count(*)::integer as n,
                      max(case when jsonb_typeof(x.output) = 'array' then jsonb_array_length(x.output) end) as output_len
                 from unnest(v_c_runs, v_c_steps, v_c_flows, v_c_outputs) as x (run_id, step_slug, flow_slug, output)
-                -- The definitions one lookup per completed step (OFFSET and LIMIT keep them lookups): as joins, a
-                -- plan of nested loops may read every step of every flow and scan the batch again for each one.
-                cross join lateral (
-                  select d.flow_slug, d.step_slug from pgflow.deps as d
-                   where d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
-                  offset 0) as d
-                cross join lateral (
-                  select ch.step_type, ch.step_index, ch.queue_name, ch.opt_start_delay from pgflow.steps as ch
-                   where ch.flow_slug = d.flow_slug and ch.step_slug = d.step_slug limit 1) as ch
-               group by x.run_id, d.step_slug, ch.step_type, ch.step_index, ch.queue_name, ch.opt_start_delay
+                -- Each completed step's dependents, from the definitions read above.
+                cross join lateral jsonb_array_elements(v_defs -> (x.flow_slug || ' ' || x.step_slug) -> 2) as d (e)
+               group by x.run_id, d.e
             ) as p
            where cs.run_id = p.run_id
              and cs.step_slug = p.child_slug
@@ -361,8 +387,12 @@ begin
                               from pgflow.step_states as ss
                              where ss.run_id = r.run_id
                                and ss.status = 'completed'
-                               and not exists (
-                                 select 1 from pgflow.deps as d where d.flow_slug = r.flow_slug and d.dep_slug = ss.step_slug))
+                               -- A leaf: no dependents (from the definitions of the run's flow, read above).
+                               and coalesce(
+                                     not (v_defs -> r.flow_slug -> 1) ? ss.step_slug,
+                                     not exists (
+                                       select 1 from pgflow.deps as d
+                                        where d.flow_slug = r.flow_slug and d.dep_slug = ss.step_slug)))
                         end
           from counts as c
          where r.run_id = c.run_id
@@ -497,7 +527,8 @@ It guarantees:
   * the cost grows with the number of elements only, never with the size of the tables, whatever the planner's
     statistics or cached generic plans say: every row is looked up by key, one index lookup per row, in nested
     loops only (v0.20.0; before, a generic plan could read every step state of the flow for each completed task,
-    or a whole table through its primary key when the plan was made while the table was small);
+    or a whole table through its primary key when the plan was made while the table was small); the
+    definitions (steps, dependencies) are read once per call for the steps named in it, not once per task;
   * tasks that are plainly completable - run, step state and task 'started', first mention of the task in the
     call, the flow has no step with a condition pattern, no type violation is possible, and the same holds for
     every other task of the same run in the call - are completed together: one UPDATE of their tasks, one of

@@ -2588,6 +2588,9 @@ declare
   v_msg_ids    bigint[];
   v_msg_queues text[];
   v_queue_count integer;
+  v_pair_flows text[];
+  v_pair_steps text[];
+  v_defs       jsonb;
 begin
   if v_n <> coalesce(cardinality(complete_tasks.step_slugs), 0)
      or v_n <> coalesce(cardinality(complete_tasks.task_indexes), 0)
@@ -2611,23 +2614,27 @@ begin
   -- planner reached the states through idx_step_states_flow_slug, reading every state of the flow for each
   -- completed task (135,000 rows per batch of 100 with 3,000 chain runs).
   -- One statement takes the three sets of locks, in that order: the arms of a UNION ALL run one after the other,
-  -- each to its end (three statements paid a statement's fixed cost three times).
-  perform
+  -- each to its end (three statements paid a statement's fixed cost three times). It also yields the flow and
+  -- step of every step state it locked, for the definitions below (FILTER, not WHERE: a condition outside the
+  -- arms could be pushed into them and drop an arm's locks).
+  select array_agg(locks.flow_slug) filter (where locks.flow_slug is not null),
+         array_agg(locks.step_slug) filter (where locks.flow_slug is not null)
+    into v_pair_flows, v_pair_steps
     from (
-      select 1
+      select null::text as flow_slug, null::text as step_slug
         from (select distinct x.run_id from unnest(complete_tasks.run_ids) as x (run_id) order by x.run_id) as k
         cross join lateral (select from pgflow.runs as r where r.run_id = k.run_id for update) as l
       union all
-      select 1
+      select l.flow_slug, l.step_slug
         from (select distinct x.run_id, x.step_slug
                 from unnest(complete_tasks.run_ids, complete_tasks.step_slugs) as x (run_id, step_slug)
                order by x.run_id, x.step_slug) as k
         cross join lateral (
-          select from pgflow.step_states as ss
+          select ss.flow_slug, ss.step_slug from pgflow.step_states as ss
            where ss.run_id = k.run_id and ss.step_slug = k.step_slug
              for update) as l
       union all
-      select 1
+      select null, null
         from (select distinct x.run_id, x.step_slug, x.task_index
                 from unnest(complete_tasks.run_ids, complete_tasks.step_slugs, complete_tasks.task_indexes)
                        as x (run_id, step_slug, task_index)
@@ -2637,6 +2644,50 @@ begin
            where t.run_id = k.run_id and t.step_slug = k.step_slug and t.task_index = k.task_index
              for update) as l
     ) as locks;
+
+  -- The definitions the statements below need, read once per call instead of once per task (v0.20.0: 10-20
+  -- buffer accesses per task before, on the pages every worker reads, which two workers contend for). One JSON
+  -- object, whose keys are found by binary search (no join of the tasks against the definitions, whatever their
+  -- numbers; slugs have no spaces):
+  --   '<flow>'        [whether the flow has a step with a condition pattern,
+  --                    its steps that have dependents, as the keys of an object];
+  --   '<flow> <step>' for each step with a task in this call: [step_type, step_index,
+  --                    its dependents as [slug, step_type, step_index, queue_name, start delay] ordered by slug,
+  --                    whether one of them is a map].
+  select coalesce(jsonb_object_agg(d.k, d.v), '{}')
+    into v_defs
+    from (
+      select p.flow_slug || ' ' || p.step_slug as k,
+             jsonb_build_array(s.step_type, s.step_index, coalesce(ch.dependents, '[]'),
+                               coalesce(ch.map_dependent, false)) as v
+        from (select distinct x.flow_slug, x.step_slug
+                from unnest(v_pair_flows, v_pair_steps) as x (flow_slug, step_slug)) as p
+        cross join lateral (
+          select s.step_type, s.step_index from pgflow.steps as s
+           where s.flow_slug = p.flow_slug and s.step_slug = p.step_slug limit 1) as s
+        cross join lateral (
+          select jsonb_agg(jsonb_build_array(d.step_slug, c.step_type, c.step_index, c.queue_name,
+                                             coalesce(c.opt_start_delay, 0)) order by d.step_slug) as dependents,
+                 bool_or(c.step_type = 'map') as map_dependent
+            from pgflow.deps as d
+            cross join lateral (
+              select c.step_type, c.step_index, c.queue_name, c.opt_start_delay from pgflow.steps as c
+               where c.flow_slug = d.flow_slug and c.step_slug = d.step_slug limit 1) as c
+           where d.flow_slug = p.flow_slug and d.dep_slug = p.step_slug) as ch
+      union all
+      select f.flow_slug,
+             jsonb_build_array(
+               exists (
+                 select 1
+                   from pgflow.steps as cs
+                  where cs.flow_slug = f.flow_slug
+                    and (cs.required_input_pattern is not null or cs.forbidden_input_pattern is not null)),
+               -- One scan of the flow's dependencies: the steps that are not leaves.
+               coalesce((select jsonb_object_agg(d.dep_slug, true)
+                           from pgflow.deps as d
+                          where d.flow_slug = f.flow_slug), '{}'))
+        from (select distinct x.flow_slug from unnest(v_pair_flows) as x (flow_slug)) as f
+    ) as d;
 
   -- Sort out what cannot be recorded (unknown, duplicate, stale, no longer started) and split the rest into the
   -- plainly completable tasks and the others. A run with any task of the others has all its recordable tasks of
@@ -2661,22 +2712,16 @@ begin
                r.status = 'started'
                and ss.status = 'started'
                and t.status = 'started'
-               and not exists (
-                 select 1
-                   from pgflow.steps as cs
-                  where cs.flow_slug = r.flow_slug
-                    and (cs.required_input_pattern is not null or cs.forbidden_input_pattern is not null))
+               and not (v_defs -> r.flow_slug ->> 0)::boolean
                and not (
-                 s.step_type = 'single'
+                 (v_defs -> (r.flow_slug || ' ' || x.step_slug) ->> 0) = 'single'
                  and jsonb_typeof(x.output) is distinct from 'array'
+                 and (v_defs -> (r.flow_slug || ' ' || x.step_slug) ->> 3)::boolean
                  and exists (
                    select 1
-                     from pgflow.deps as d
-                     join pgflow.steps as c on c.flow_slug = d.flow_slug and c.step_slug = d.step_slug
-                     join pgflow.step_states as cst on cst.run_id = x.run_id and cst.step_slug = c.step_slug
-                    where d.flow_slug = r.flow_slug
-                      and d.dep_slug = x.step_slug
-                      and c.step_type = 'map'
+                     from jsonb_array_elements(v_defs -> (r.flow_slug || ' ' || x.step_slug) -> 2) as c (d)
+                     join pgflow.step_states as cst on cst.run_id = x.run_id and cst.step_slug = c.d ->> 0
+                    where c.d ->> 1 = 'map'
                       and cst.status = 'created'
                       and cst.initial_tasks is null)),
                false) as fast
@@ -2693,9 +2738,6 @@ begin
           select t.run_id, t.status, t.attempts_count from pgflow.step_tasks as t
            where t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
            limit 1) as t on true
-        left join lateral (
-          select s.step_type from pgflow.steps as s
-           where s.flow_slug = r.flow_slug and s.step_slug = x.step_slug limit 1) as s on true
         ) as f
     ) as c;
 
@@ -2742,9 +2784,7 @@ begin
              completed_at = case when ss.remaining_tasks - c.n = 0 then now() else ss.completed_at end,
              output = case
                         when ss.remaining_tasks - c.n <> 0 then ss.output
-                        when (select s.step_type
-                                from pgflow.steps as s
-                               where s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug) = 'map' then (
+                        when (v_defs -> (ss.flow_slug || ' ' || ss.step_slug) ->> 0) = 'map' then (
                           select coalesce(jsonb_agg(t.output order by t.task_index), '[]'::jsonb)
                             from pgflow.step_tasks as t
                            where t.run_id = ss.run_id and t.step_slug = ss.step_slug and t.status = 'completed')
@@ -2754,9 +2794,7 @@ begin
        where ss.run_id = c.run_id
          and ss.step_slug = c.step_slug
       returning ss.flow_slug, ss.run_id, ss.step_slug, ss.status, ss.output, ss.completed_at,
-                (select s.step_index
-                   from pgflow.steps as s
-                  where s.flow_slug = ss.flow_slug and s.step_slug = ss.step_slug) as step_index
+                (v_defs -> (ss.flow_slug || ' ' || ss.step_slug) ->> 1)::integer as step_index
     )
     select array_agg(u.run_id order by u.run_id, u.step_index),
            array_agg(u.step_slug order by u.run_id, u.step_index),
@@ -2770,10 +2808,8 @@ begin
                        'status', u.status,
                        'output', u.output,
                        'completed_at', u.completed_at) end order by u.run_id, u.step_index),
-           -- Whether any completed step has dependents (looked up for completed steps only).
-           coalesce(bool_or(exists (select 1
-                                      from pgflow.deps as d
-                                     where d.flow_slug = u.flow_slug and d.dep_slug = u.step_slug)), false)
+           -- Whether any completed step has dependents.
+           coalesce(bool_or(jsonb_array_length(v_defs -> (u.flow_slug || ' ' || u.step_slug) -> 2) > 0), false)
       into v_c_runs, v_c_steps, v_c_flows, v_c_outputs, v_events, v_dependents
       from updated as u
      where u.status = 'completed';
@@ -2788,13 +2824,10 @@ begin
       if v_dependents then
         select count(*)
           into v_children
-          from (select distinct x.run_id, d.step_slug
+          from (select distinct x.run_id, d.e ->> 0 as step_slug
                     from unnest(v_c_runs, v_c_steps, v_c_flows) as x (run_id, step_slug, flow_slug)
-                    cross join lateral (
-                      select d.step_slug from pgflow.deps as d
-                       where d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
-                      offset 0) as d  -- OFFSET keeps it a lookup per completed step
-                   order by x.run_id, d.step_slug) as k
+                    cross join lateral jsonb_array_elements(v_defs -> (x.flow_slug || ' ' || x.step_slug) -> 2) as d (e)
+                   order by x.run_id, d.e ->> 0) as k
             cross join lateral (
               select from pgflow.step_states as cs
                where cs.run_id = k.run_id and cs.step_slug = k.step_slug
@@ -2839,21 +2872,14 @@ begin
                                      else cs.remaining_tasks
                                    end
             from (
-              select x.run_id, d.step_slug as child_slug, ch.step_type as child_type, ch.step_index as child_index,
-                     ch.queue_name as child_queue, coalesce(ch.opt_start_delay, 0) as child_delay,
+              select x.run_id, d.e ->> 0 as child_slug, d.e ->> 1 as child_type, (d.e ->> 2)::integer as child_index,
+                     d.e ->> 3 as child_queue, (d.e ->> 4)::integer as child_delay,
                      count(*)::integer as n,
                      max(case when jsonb_typeof(x.output) = 'array' then jsonb_array_length(x.output) end) as output_len
                 from unnest(v_c_runs, v_c_steps, v_c_flows, v_c_outputs) as x (run_id, step_slug, flow_slug, output)
-                -- The definitions one lookup per completed step (OFFSET and LIMIT keep them lookups): as joins, a
-                -- plan of nested loops may read every step of every flow and scan the batch again for each one.
-                cross join lateral (
-                  select d.flow_slug, d.step_slug from pgflow.deps as d
-                   where d.flow_slug = x.flow_slug and d.dep_slug = x.step_slug
-                  offset 0) as d
-                cross join lateral (
-                  select ch.step_type, ch.step_index, ch.queue_name, ch.opt_start_delay from pgflow.steps as ch
-                   where ch.flow_slug = d.flow_slug and ch.step_slug = d.step_slug limit 1) as ch
-               group by x.run_id, d.step_slug, ch.step_type, ch.step_index, ch.queue_name, ch.opt_start_delay
+                -- Each completed step's dependents, from the definitions read above.
+                cross join lateral jsonb_array_elements(v_defs -> (x.flow_slug || ' ' || x.step_slug) -> 2) as d (e)
+               group by x.run_id, d.e
             ) as p
            where cs.run_id = p.run_id
              and cs.step_slug = p.child_slug
@@ -2892,8 +2918,12 @@ begin
                               from pgflow.step_states as ss
                              where ss.run_id = r.run_id
                                and ss.status = 'completed'
-                               and not exists (
-                                 select 1 from pgflow.deps as d where d.flow_slug = r.flow_slug and d.dep_slug = ss.step_slug))
+                               -- A leaf: no dependents (from the definitions of the run's flow, read above).
+                               and coalesce(
+                                     not (v_defs -> r.flow_slug -> 1) ? ss.step_slug,
+                                     not exists (
+                                       select 1 from pgflow.deps as d
+                                        where d.flow_slug = r.flow_slug and d.dep_slug = ss.step_slug)))
                         end
           from counts as c
          where r.run_id = c.run_id
@@ -3028,7 +3058,8 @@ It guarantees:
   * the cost grows with the number of elements only, never with the size of the tables, whatever the planner's
     statistics or cached generic plans say: every row is looked up by key, one index lookup per row, in nested
     loops only (v0.20.0; before, a generic plan could read every step state of the flow for each completed task,
-    or a whole table through its primary key when the plan was made while the table was small);
+    or a whole table through its primary key when the plan was made while the table was small); the
+    definitions (steps, dependencies) are read once per call for the steps named in it, not once per task;
   * tasks that are plainly completable - run, step state and task 'started', first mention of the task in the
     call, the flow has no step with a condition pattern, no type violation is possible, and the same holds for
     every other task of the same run in the call - are completed together: one UPDATE of their tasks, one of
@@ -4306,19 +4337,25 @@ begin
              last_worker_id = p_worker_id
        where t.ctid = any (array(select c.row_address from candidates as c))
       returning t.ctid as row_address, t.flow_slug, t.step_slug, t.message_id
+    ),
+    -- The definitions once per call, not once per task (v0.20.0): the flow's, as every claimed task is of
+    -- p_flow_slug, and the timeout of each step claimed, one lookup per step (LIMIT keeps it a lookup), gathered in
+    -- a JSON object that each task reads by slug (a binary search: no join of the tasks against the steps).
+    step_timeouts as (
+      select jsonb_object_agg(k.step_slug, s.opt_timeout) as by_slug
+        from (select distinct c.step_slug from claimed as c) as k
+        cross join lateral (
+          select s.opt_timeout from pgflow.steps as s
+           where s.flow_slug = p_flow_slug and s.step_slug = k.step_slug limit 1) as s
     )
     select c.row_address,
            c.message_id,
-           least(coalesce(s.opt_timeout, f.opt_timeout), 2147483645) + 2,
-           f.message_retention = 'delete'
+           least(coalesce((st.by_slug ->> c.step_slug)::integer,
+                          (select f.opt_timeout from pgflow.flows as f where f.flow_slug = p_flow_slug)),
+                 2147483645) + 2,
+           (select f.message_retention from pgflow.flows as f where f.flow_slug = p_flow_slug) = 'delete'
       from claimed as c
-      -- The definitions one lookup per task (LIMIT keeps them lookups): as a join, a plan of nested loops may read
-      -- every step of every flow and scan the claimed tasks again for each one.
-      cross join lateral (
-        select s.opt_timeout from pgflow.steps as s
-         where s.flow_slug = c.flow_slug and s.step_slug = c.step_slug limit 1) as s
-      cross join lateral (
-        select f.opt_timeout, f.message_retention from pgflow.flows as f where f.flow_slug = c.flow_slug limit 1) as f;
+      cross join step_timeouts as st;
 end;
 $$;
 
@@ -4333,7 +4370,8 @@ task goes to one caller only. No PGMQ row is read or changed here. Returns one r
 address (valid until the caller's transaction ends), its message id, the visibility its message needs, the
 effective step timeout + 2 seconds (at most 2147483647), and whether the message is to be deleted instead
 (v0.20.0: the flow's message_retention is 'delete'). Its cost grows with the number of ids only: each id is
-looked up by the unique key, each row locked and updated by its address.
+looked up by the unique key, each row locked and updated by its address; the definitions are read once per
+call (the flow) and once per step claimed, not once per task.
 $doc$;
 -- end generated
 
@@ -4347,47 +4385,79 @@ set search_path = pg_catalog, pg_temp
 as $$
 begin
   return query
+    -- The tasks first, one at a time by address (LIMIT keeps each a lookup: a condition "ctid = any (p_rows)" on
+    -- the table lets the planner read the whole primary key instead, which is what it chooses when the plan is
+    -- made while the table is small).
+    with tasks as materialized (
+      select t.*
+        from unnest(p_rows) as k (row_address)
+        cross join lateral (
+          select t.* from pgflow.step_tasks as t where t.ctid = k.row_address limit 1) as t
+    ),
+    -- The definitions once per step, not once per task (v0.20.0), one lookup each, gathered in a JSON object that
+    -- each task reads by '<flow> <step>' (a binary search: joins of the tasks to the definitions may read every
+    -- step of every flow and scan the tasks again for each one): [step_type, deps_count, timeout, max_attempts,
+    -- the slugs of its dependencies].
+    definitions as (
+      select jsonb_object_agg(
+               k.flow_slug || ' ' || k.step_slug,
+               jsonb_build_array(s.step_type, s.deps_count, coalesce(s.opt_timeout, f.opt_timeout),
+                                 coalesce(s.opt_max_attempts, f.opt_max_attempts),
+                                 case
+                                   when s.deps_count > 0 then (
+                                     select jsonb_agg(d.dep_slug order by d.dep_slug)
+                                       from pgflow.deps as d
+                                      where d.flow_slug = k.flow_slug and d.step_slug = k.step_slug)
+                                   else '[]'::jsonb
+                                 end)) as by_step
+        from (select distinct t.flow_slug, t.step_slug from tasks as t) as k
+        cross join lateral (
+          select s.step_type, s.deps_count, s.opt_timeout, s.opt_max_attempts
+            from pgflow.steps as s
+           where s.flow_slug = k.flow_slug and s.step_slug = k.step_slug
+           limit 1) as s
+        cross join lateral (
+          select f.opt_timeout, f.opt_max_attempts from pgflow.flows as f where f.flow_slug = k.flow_slug limit 1) as f
+    )
     select t.flow_slug,
            t.run_id,
            t.step_slug,
            case
-             when s.step_type = 'map' and s.deps_count = 0 then r.input -> t.task_index
+             when s.step_type = 'map' and s.deps_count = 0 then (
+               select r.input -> t.task_index from pgflow.runs as r where r.run_id = t.run_id)
+             -- A dependent map's one dependency; each dependency's state by key (LIMIT keeps it a lookup).
              when s.step_type = 'map' then (
                select dss.output -> t.task_index
-                 from pgflow.deps as d
-                 join pgflow.step_states as dss on dss.run_id = t.run_id and dss.step_slug = d.dep_slug
-                where d.flow_slug = t.flow_slug and d.step_slug = t.step_slug
+                 from pgflow.step_states as dss
+                where dss.run_id = t.run_id and dss.step_slug = s.deps ->> 0
                 limit 1)
+             when s.deps_count = 0 then '{}'::jsonb
              else coalesce(
                (select jsonb_object_agg(d.dep_slug, dss.output)
-                  from pgflow.deps as d
-                  join pgflow.step_states as dss on dss.run_id = t.run_id and dss.step_slug = d.dep_slug
-                 where d.flow_slug = t.flow_slug
-                   and d.step_slug = t.step_slug
-                   and dss.status = 'completed'),
+                  from jsonb_array_elements_text(s.deps) as d (dep_slug)
+                  cross join lateral (
+                    select dss.output from pgflow.step_states as dss
+                     where dss.run_id = t.run_id and dss.step_slug = d.dep_slug and dss.status = 'completed'
+                     limit 1) as dss),
                '{}'::jsonb)
            end,
            t.message_id,
            t.task_index,
-           case when s.step_type = 'single' and s.deps_count = 0 then r.input end,
+           -- The run's input only where it is the task's: its run is looked up for root steps only.
+           case
+             when s.step_type = 'single' and s.deps_count = 0 then (
+               select r.input from pgflow.runs as r where r.run_id = t.run_id)
+           end,
            t.attempts_count,
-           coalesce(s.opt_timeout, f.opt_timeout),
-           coalesce(s.opt_max_attempts, f.opt_max_attempts)
-      -- One row at a time: the task by its address, its run and definitions by key (LIMIT keeps each a lookup). A
-      -- condition "ctid = any (p_rows)" on the table lets the planner read the whole primary key instead, which is
-      -- what it chooses when the plan is made while the table is small; joins to the definitions may read every
-      -- step of every flow and scan the tasks again for each one.
-      from unnest(p_rows) as k (row_address)
+           s.timeout,
+           s.max_attempts
+      from tasks as t
+      cross join definitions as defs
       cross join lateral (
-        select t.* from pgflow.step_tasks as t where t.ctid = k.row_address limit 1) as t
-      cross join lateral (select r.input from pgflow.runs as r where r.run_id = t.run_id limit 1) as r
-      cross join lateral (
-        select s.step_type, s.deps_count, s.opt_timeout, s.opt_max_attempts
-          from pgflow.steps as s
-         where s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-         limit 1) as s
-      cross join lateral (
-        select f.opt_timeout, f.opt_max_attempts from pgflow.flows as f where f.flow_slug = t.flow_slug limit 1) as f
+        select x.def ->> 0 as step_type, (x.def ->> 1)::integer as deps_count, (x.def ->> 2)::integer as timeout,
+               (x.def ->> 3)::integer as max_attempts, x.def -> 4 as deps
+          from (select defs.by_step -> (t.flow_slug || ' ' || t.step_slug) as def offset 0) as x  -- one lookup per task
+      ) as s
      order by t.message_id;
 end;
 $$;
@@ -4398,7 +4468,8 @@ physical addresses (as pgflow._claim_tasks returned them, in the same transactio
 flow_slug, run_id, step_slug, input = the element task_index of the run input (root map), of the dependency's
 stored output (dependent map), or {<dep_slug>: <output>} over the completed dependencies ({} for root steps);
 message_id, task_index; flow_input = the run input for single steps without dependencies, NULL otherwise; attempt
-(attempts_count), timeout and max_attempts (the step's, else the flow's). Read-only.
+(attempts_count), timeout and max_attempts (the step's, else the flow's). Read-only. Each task is read by its
+address, its run by key for root steps only, the definitions once per step (v0.20.0).
 $doc$;
 -- end generated
 
