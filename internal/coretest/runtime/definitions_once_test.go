@@ -1,7 +1,6 @@
 package runtime_test
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -74,6 +73,6 @@ func TestBatchCallsReadTheDefinitionsOncePerStep(t *testing.T) {
 			runs, step, complete)
 	}
 	finished := fx.Val[int64](t, tx, `select count(*) from pgflow.runs where flow_slug = 'defs_once' and status = 'completed'`)
-	require.Equal(t, int64(runs), finished, fmt.Sprintf("both steps of all %d runs completed", runs))
+	require.Equal(t, int64(runs), finished, "both steps of all %d runs completed", runs)
 	require.NoError(t, tx.Commit(ctx))
 }
