@@ -43,18 +43,11 @@ func TestBatchCallsReadTheDefinitionsOncePerStep(t *testing.T) {
 		before := definitionLookups(t, tx)
 		var runIDs, slugs []string
 		var indexes []int
-		rows, err := tx.Query(ctx, `
-			select r.run_id::text, r.step_slug, r.task_index
+		require.NoError(t, tx.QueryRow(ctx, `
+			select coalesce(array_agg(r.run_id::text), '{}'), coalesce(array_agg(r.step_slug), '{}'),
+			       coalesce(array_agg(r.task_index), '{}')
 			  from pgflow.read_and_start_tasks('defs_once', null, $1::uuid, $2, 60) as r
-			 where r.claimed`, fx.DefaultWorker, 2*runs)
-		require.NoError(t, err)
-		var runID, slug string
-		var index int
-		_, err = pgx.ForEachRow(rows, []any{&runID, &slug, &index}, func() error {
-			runIDs, slugs, indexes = append(runIDs, runID), append(slugs, slug), append(indexes, index)
-			return nil
-		})
-		require.NoError(t, err)
+			 where r.claimed`, fx.DefaultWorker, 2*runs).Scan(&runIDs, &slugs, &indexes))
 		require.Len(t, runIDs, runs, "claiming the tasks of %s", step)
 		require.Equal(t, step, slugs[0])
 		claim := definitionLookups(t, tx) - before

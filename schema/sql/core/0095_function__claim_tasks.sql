@@ -50,24 +50,27 @@ begin
        where t.ctid = any (array(select c.row_address from candidates as c))
       returning t.ctid as row_address, t.flow_slug, t.step_slug, t.message_id
     ),
-    -- The definitions once per call, not once per task (v0.20.0): the flow's, as every claimed task is of
-    -- p_flow_slug, and the timeout of each step claimed, one lookup per step (LIMIT keeps it a lookup), gathered in
+    -- The definitions once per call, not once per task (v0.20.0): the flow's row (every claimed task is of
+    -- p_flow_slug) and the timeout of each step claimed, one lookup per step (LIMIT keeps it a lookup), gathered in
     -- a JSON object that each task reads by slug (a binary search: no join of the tasks against the steps).
-    step_timeouts as (
-      select jsonb_object_agg(k.step_slug, s.opt_timeout) as by_slug
-        from (select distinct c.step_slug from claimed as c) as k
-        cross join lateral (
-          select s.opt_timeout from pgflow.steps as s
-           where s.flow_slug = p_flow_slug and s.step_slug = k.step_slug limit 1) as s
+    -- MATERIALIZED: one row, computed once, whatever the plan puts on either side of the join below.
+    definitions as materialized (
+      select f.opt_timeout as flow_timeout,
+             f.message_retention = 'delete' as delete_message,
+             (select jsonb_object_agg(k.step_slug, s.opt_timeout)
+                from (select distinct c.step_slug from claimed as c) as k
+                cross join lateral (
+                  select s.opt_timeout from pgflow.steps as s
+                   where s.flow_slug = p_flow_slug and s.step_slug = k.step_slug limit 1) as s) as step_timeouts
+        from pgflow.flows as f
+       where f.flow_slug = p_flow_slug
     )
     select c.row_address,
            c.message_id,
-           least(coalesce((st.by_slug ->> c.step_slug)::integer,
-                          (select f.opt_timeout from pgflow.flows as f where f.flow_slug = p_flow_slug)),
-                 2147483645) + 2,
-           (select f.message_retention from pgflow.flows as f where f.flow_slug = p_flow_slug) = 'delete'
+           least(coalesce((d.step_timeouts ->> c.step_slug)::integer, d.flow_timeout), 2147483645) + 2,
+           d.delete_message
       from claimed as c
-      cross join step_timeouts as st;
+      cross join definitions as d;
 end;
 $$;
 

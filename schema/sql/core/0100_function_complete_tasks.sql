@@ -181,14 +181,14 @@ begin
                r.status = 'started'
                and ss.status = 'started'
                and t.status = 'started'
-               and not (v_defs -> r.flow_slug ->> 0)::boolean
+               and not (def.flow ->> 0)::boolean
                and not (
-                 (v_defs -> (r.flow_slug || ' ' || x.step_slug) ->> 0) = 'single'
+                 (def.step ->> 0) = 'single'
                  and jsonb_typeof(x.output) is distinct from 'array'
-                 and (v_defs -> (r.flow_slug || ' ' || x.step_slug) ->> 3)::boolean
+                 and (def.step ->> 3)::boolean
                  and exists (
                    select 1
-                     from jsonb_array_elements(v_defs -> (r.flow_slug || ' ' || x.step_slug) -> 2) as c (d)
+                     from jsonb_array_elements(def.step -> 2) as c (d)
                      join pgflow.step_states as cst on cst.run_id = x.run_id and cst.step_slug = c.d ->> 0
                     where c.d ->> 1 = 'map'
                       and cst.status = 'created'
@@ -207,6 +207,10 @@ begin
           select t.run_id, t.status, t.attempts_count from pgflow.step_tasks as t
            where t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
            limit 1) as t on true
+        -- The run's flow's and the step's definitions, found once per element.
+        left join lateral (
+          select v_defs -> r.flow_slug as flow, v_defs -> (r.flow_slug || ' ' || x.step_slug) as step offset 0) as def
+          on true
         ) as f
     ) as c;
 

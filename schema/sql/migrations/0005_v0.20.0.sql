@@ -2712,14 +2712,14 @@ begin
                r.status = 'started'
                and ss.status = 'started'
                and t.status = 'started'
-               and not (v_defs -> r.flow_slug ->> 0)::boolean
+               and not (def.flow ->> 0)::boolean
                and not (
-                 (v_defs -> (r.flow_slug || ' ' || x.step_slug) ->> 0) = 'single'
+                 (def.step ->> 0) = 'single'
                  and jsonb_typeof(x.output) is distinct from 'array'
-                 and (v_defs -> (r.flow_slug || ' ' || x.step_slug) ->> 3)::boolean
+                 and (def.step ->> 3)::boolean
                  and exists (
                    select 1
-                     from jsonb_array_elements(v_defs -> (r.flow_slug || ' ' || x.step_slug) -> 2) as c (d)
+                     from jsonb_array_elements(def.step -> 2) as c (d)
                      join pgflow.step_states as cst on cst.run_id = x.run_id and cst.step_slug = c.d ->> 0
                     where c.d ->> 1 = 'map'
                       and cst.status = 'created'
@@ -2738,6 +2738,10 @@ begin
           select t.run_id, t.status, t.attempts_count from pgflow.step_tasks as t
            where t.run_id = x.run_id and t.step_slug = x.step_slug and t.task_index = x.task_index
            limit 1) as t on true
+        -- The run's flow's and the step's definitions, found once per element.
+        left join lateral (
+          select v_defs -> r.flow_slug as flow, v_defs -> (r.flow_slug || ' ' || x.step_slug) as step offset 0) as def
+          on true
         ) as f
     ) as c;
 
@@ -4338,24 +4342,27 @@ begin
        where t.ctid = any (array(select c.row_address from candidates as c))
       returning t.ctid as row_address, t.flow_slug, t.step_slug, t.message_id
     ),
-    -- The definitions once per call, not once per task (v0.20.0): the flow's, as every claimed task is of
-    -- p_flow_slug, and the timeout of each step claimed, one lookup per step (LIMIT keeps it a lookup), gathered in
+    -- The definitions once per call, not once per task (v0.20.0): the flow's row (every claimed task is of
+    -- p_flow_slug) and the timeout of each step claimed, one lookup per step (LIMIT keeps it a lookup), gathered in
     -- a JSON object that each task reads by slug (a binary search: no join of the tasks against the steps).
-    step_timeouts as (
-      select jsonb_object_agg(k.step_slug, s.opt_timeout) as by_slug
-        from (select distinct c.step_slug from claimed as c) as k
-        cross join lateral (
-          select s.opt_timeout from pgflow.steps as s
-           where s.flow_slug = p_flow_slug and s.step_slug = k.step_slug limit 1) as s
+    -- MATERIALIZED: one row, computed once, whatever the plan puts on either side of the join below.
+    definitions as materialized (
+      select f.opt_timeout as flow_timeout,
+             f.message_retention = 'delete' as delete_message,
+             (select jsonb_object_agg(k.step_slug, s.opt_timeout)
+                from (select distinct c.step_slug from claimed as c) as k
+                cross join lateral (
+                  select s.opt_timeout from pgflow.steps as s
+                   where s.flow_slug = p_flow_slug and s.step_slug = k.step_slug limit 1) as s) as step_timeouts
+        from pgflow.flows as f
+       where f.flow_slug = p_flow_slug
     )
     select c.row_address,
            c.message_id,
-           least(coalesce((st.by_slug ->> c.step_slug)::integer,
-                          (select f.opt_timeout from pgflow.flows as f where f.flow_slug = p_flow_slug)),
-                 2147483645) + 2,
-           (select f.message_retention from pgflow.flows as f where f.flow_slug = p_flow_slug) = 'delete'
+           least(coalesce((d.step_timeouts ->> c.step_slug)::integer, d.flow_timeout), 2147483645) + 2,
+           d.delete_message
       from claimed as c
-      cross join step_timeouts as st;
+      cross join definitions as d;
 end;
 $$;
 
