@@ -420,8 +420,8 @@ func (w *Worker) launch(ctx context.Context) {
 				VisibilitySeconds: w.cfg.vtSeconds, MaxPollSeconds: w.cfg.maxPollSeconds, PollIntervalMs: w.cfg.pollIntervalMs,
 				MaxPollWait: w.cfg.MaxPollWait, Slots: slots, FlowSlots: flowSlots, Wake: sub, Own: own, Listener: listener,
 				Claimer: claimer.New(claimer.Config{DB: w.pool, Read: w.pool, Flow: f.def.Slug, Queue: q.name,
-					WorkerID: q.workerID, Logger: log, Retry: w.retry}),
-				Executor: exec, Tasks: tasks, Observer: obs, Logger: log, Retry: w.retry,
+					WorkerID: q.workerID, Logger: log, Retry: w.retry, Lane: comp}),
+				Expect: comp.Expect, Executor: exec, Tasks: tasks, Observer: obs, Logger: log, Retry: w.retry,
 			})
 			pollers.Go(func() { p.Run(loop, calls) })
 		}

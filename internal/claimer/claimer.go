@@ -6,9 +6,12 @@ package claimer
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgflow-go/pgflow/internal/backoff"
 	"github.com/pgflow-go/pgflow/internal/executor"
@@ -25,6 +28,14 @@ type Config struct {
 	WorkerID string // the worker row serving Queue
 	Logger   *slog.Logger
 	Retry    backoff.Policy
+	// Lane, when not nil, carries ReadAndClaim's call in the worker's next completion call (completer.Ride).
+	Lane Lane
+}
+
+// Lane sends statements in a call of the worker's completer, with the results waiting then, in one transaction
+// (completer.Completer.Ride).
+type Lane interface {
+	Ride(queue func(b *pgx.Batch)) error
 }
 
 // Claimer claims tasks for one flow's queue.
@@ -73,24 +84,44 @@ func (c *Claimer) Claim(stop, calls context.Context, msgIDs []int64) []executor.
 // transaction): no message is read without its claim committing with it, so unlike Claim there is nothing to
 // retry here; an error goes back to the poller, which backs off and reads again. Messages read but not claimed
 // are hidden for vtSeconds and explained in the log. It runs under calls (see Claim), once stop has not ended.
-func (c *Claimer) ReadAndClaim(stop, calls context.Context, n, vtSeconds int) (read int, tasks []executor.Task, err error) {
+// With ride and a Lane the call rides with the worker's next completion call, in its transaction; when that call
+// fails, the claim is made again alone at once. The poller rides when its last read was full: with work queued,
+// calls that claim and complete together cost the database less per task (one busy connection per worker where
+// there were two; docs/performance-rounds.md, twenty-first round); below that, a claim that waited for the
+// worker's completion call in flight would make every run wait longer.
+func (c *Claimer) ReadAndClaim(stop, calls context.Context, n, vtSeconds int, ride bool) (read int, tasks []executor.Task, err error) {
 	if err := stop.Err(); err != nil {
 		return 0, nil, err
 	}
 	claimedAt := time.Now()
-	claimed, unclaimed, read, err := sqlapi.ReadAndStartTasks(calls, c.cfg.Read, c.cfg.Flow, c.cfg.Queue, c.cfg.WorkerID, n, vtSeconds)
+	var r sqlapi.ReadAndStart
+	err = errNoLane
+	if ride && c.cfg.Lane != nil {
+		err = c.cfg.Lane.Ride(func(b *pgx.Batch) {
+			sqlapi.QueueReadAndStartTasks(b, c.cfg.Flow, c.cfg.Queue, c.cfg.WorkerID, n, vtSeconds, &r)
+		})
+	}
 	if err != nil {
-		return 0, nil, err
+		// Alone: not riding, once the completer has stopped or stalled, or when the shared call failed (nothing of
+		// it committed; a result the database refused must not cost the claim a retry delay).
+		r = sqlapi.ReadAndStart{}
+		r.Claimed, r.Unclaimed, r.Read, err = sqlapi.ReadAndStartTasks(calls, c.cfg.Read, c.cfg.Flow, c.cfg.Queue,
+			c.cfg.WorkerID, n, vtSeconds)
+		if err != nil {
+			return 0, nil, err
+		}
 	}
-	if len(unclaimed) > 0 {
-		c.explain(calls, unclaimed)
+	if len(r.Unclaimed) > 0 {
+		c.explain(calls, r.Unclaimed)
 	}
-	out := make([]executor.Task, len(claimed))
-	for i, t := range claimed {
+	out := make([]executor.Task, len(r.Claimed))
+	for i, t := range r.Claimed {
 		out[i] = executor.Task{ClaimedTask: t, QueueName: c.cfg.Queue, WorkerID: c.cfg.WorkerID, ClaimedAt: claimedAt}
 	}
-	return read, out, nil
+	return r.Read, out, nil
 }
+
+var errNoLane = errors.New("no lane")
 
 // explainUnclaimed logs why messages of a batch were not claimed. A message with no matching task, or whose
 // task belongs to another flow, is left exactly as it is (in the queue, not archived, its visibility untouched)

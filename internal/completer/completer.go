@@ -3,7 +3,8 @@
 // shutdown interrupted (pgflow.release_tasks). Every report is fenced by the attempt that produced it, so a
 // report from an attempt that is no longer current changes nothing; it is logged (identity only, never the
 // output) and counted as stale. Reporting never costs a task an attempt: transient database errors are retried
-// with backoff until the worker's hard stop, then once more.
+// with backoff until the worker's hard stop, then once more. Other statements may ride in a result call's
+// transaction (Ride): the worker's claims do, so that under load one call records a batch and claims the next.
 //
 // This is the bottom of a task's path through the engine: it knows package sqlapi and nothing above itself.
 package completer
@@ -16,8 +17,11 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgflow-go/pgflow/internal/backoff"
 	"github.com/pgflow-go/pgflow/internal/observe"
@@ -81,6 +85,10 @@ type Config struct {
 type Completer struct {
 	cfg      Config
 	queue    chan *pending
+	rides    chan *ride
+	riding   atomic.Int32  // rides handed over or waiting to be (tests wait for a ride to be on its way)
+	expected atomic.Int32  // rides announced (Expect) and not yet on their way
+	unexpect chan struct{} // a ride announced is no longer coming
 	stopped  chan struct{}
 	wg       sync.WaitGroup
 	stopOnce sync.Once
@@ -109,7 +117,8 @@ func (w waiter) Settle(o observe.Outcome) { w <- o }
 
 // New starts a Completer's flusher.
 func New(cfg Config) *Completer {
-	c := &Completer{cfg: cfg, queue: make(chan *pending, max(cfg.QueueSize, 1)), stopped: make(chan struct{})}
+	c := &Completer{cfg: cfg, queue: make(chan *pending, max(cfg.QueueSize, 1)), rides: make(chan *ride), unexpect: make(chan struct{}, 1),
+		stopped: make(chan struct{})}
 	c.wg.Go(c.loop)
 	return c
 }
@@ -168,8 +177,94 @@ func (c *Completer) CompleteAsync(log *slog.Logger, meta taskrun.Meta, out json.
 	c.mu.RUnlock()
 }
 
-// loop gathers batches and records them, one call at a time unless a call stalls (stallAfter). It returns once
-// the completer stops and the calls in flight have returned.
+// ErrStopped is Ride's error once the completer has stopped: nothing was sent.
+var ErrStopped = errors.New("the completer has stopped")
+
+// errLaneStalled is Ride's error when the completer's calls in flight stalled (stallAfter): nothing was sent.
+var errLaneStalled = errors.New("the completer's calls in flight have stalled")
+
+// maxRides bounds the statements of other callers (Ride) one call carries.
+const maxRides = 16
+
+// ride is a caller's statements waiting for the next call (Ride).
+type ride struct {
+	queue func(b *pgx.Batch)
+	done  chan error
+}
+
+// Ride sends the statements queue adds in the completer's next call, before the completions waiting then (alone
+// when none are; sqlapi.CompleteTasksWith says why before), in one transaction, and returns once that call has
+// returned: nil when it committed. A worker's claims ride so (claimer.ReadAndClaim): under load each of its calls
+// claims the next batch of tasks and records one batch of results, one commit and one busy connection where there
+// were two, and a claim never runs beside the worker's own completion call. The statements must not wait for row
+// locks (a claim's are SKIP LOCKED), or the worker's results would wait with them. A ride waits for a call to
+// carry it as long as a call may run before the next goes out beside it (stallAfter); then it is refused, and its
+// caller goes alone. An error leaves nothing of the call committed: the completions are then recorded without the
+// ride (see flush), and what to do about the ride is the caller's; queue's pgx.Batch callbacks read the ride's
+// rows and wrap its errors.
+func (c *Completer) Ride(queue func(b *pgx.Batch)) error {
+	r := &ride{queue: queue, done: make(chan error, 1)}
+	c.riding.Add(1)
+	defer c.riding.Add(-1)
+	wait := time.NewTimer(c.stallAfter())
+	defer wait.Stop()
+	select {
+	case c.rides <- r:
+	case <-wait.C:
+		return errLaneStalled
+	case <-c.stopped:
+		return ErrStopped
+	}
+	return <-r.done
+}
+
+// rideWait bounds how long a result call waits for a ride announced by Expect.
+const rideWait = 5 * time.Millisecond
+
+// Expect announces a ride (the caller is about to gather what it will claim, then Ride): until done is called, a
+// result call that would go out without a ride waits up to rideWait for it. Without it, under load, a worker's
+// result call would leave while its poller gathers the slots that the previous call freed, and the claim would
+// wait for that call instead of riding in it. done must be called once, when the ride is on its way or will not
+// come.
+func (c *Completer) Expect() (done func()) {
+	c.expected.Add(1)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			c.expected.Add(-1)
+			select {
+			case c.unexpect <- struct{}{}:
+			default:
+			}
+		})
+	}
+}
+
+// awaitRide waits for a ride announced by Expect: up to rideWait, until a ride comes, or until no ride is
+// expected any more.
+func (c *Completer) awaitRide() []*ride {
+	select { // a stale wake from an earlier announcement
+	case <-c.unexpect:
+	default:
+	}
+	t := time.NewTimer(rideWait)
+	defer t.Stop()
+	for c.expected.Load() > 0 {
+		select {
+		case r := <-c.rides:
+			return c.moreRides([]*ride{r})
+		case <-c.unexpect:
+		case <-t.C:
+			return nil
+		case <-c.stopped:
+			return nil
+		}
+	}
+	return c.moreRides(nil)
+}
+
+// loop gathers batches and records them, one call at a time unless a call stalls (stallAfter); rides go with the
+// next call. It returns once the completer stops and the calls in flight have returned.
 func (c *Completer) loop() {
 	// Each call in flight owns one of these maps (splitRepeated's, kept across batches: cleared, not made again).
 	free := make(chan map[taskKey]bool, maxInFlight)
@@ -178,10 +273,7 @@ func (c *Completer) loop() {
 	}
 	var calls sync.WaitGroup
 	defer calls.Wait()
-	stallAt := stallAfter
-	if c.cfg.StallAfter > 0 {
-		stallAt = c.cfg.StallAfter
-	}
+	stallAt := c.stallAfter()
 	stall := time.NewTimer(stallAt)
 	defer stall.Stop()
 	for {
@@ -191,17 +283,25 @@ func (c *Completer) loop() {
 		case <-c.stopped:
 			return
 		}
-		var first *pending
+		var batch []*pending
+		var rides []*ride
 		select {
-		case first = <-c.queue:
+		case first := <-c.queue:
+			batch = c.gather(first)
+		case r := <-c.rides:
+			rides = append(rides, r)
+			batch = c.queued()
 		case <-c.stopped:
 			return
 		}
-		batch := c.gather(first)
+		rides = c.moreRides(rides)
+		if len(rides) == 0 && c.expected.Load() > 0 {
+			rides = c.awaitRide()
+		}
 		done := make(chan struct{})
 		calls.Go(func() {
 			defer close(done)
-			c.flush(batch, seen)
+			c.flush(batch, seen, rides)
 			free <- seen
 		})
 		stall.Reset(stallAt)
@@ -245,24 +345,61 @@ func (c *Completer) gather(first *pending) []*pending {
 	return batch
 }
 
-// flush records a batch and hands every task its outcome. A batch never names one task twice (two attempts of a
-// task finishing together): the second goes into a batch of its own.
-func (c *Completer) flush(batch []*pending, seen map[taskKey]bool) {
+func (c *Completer) stallAfter() time.Duration {
+	if c.cfg.StallAfter > 0 {
+		return c.cfg.StallAfter
+	}
+	return stallAfter
+}
+
+// queued takes the completions queued now, without waiting for more (a ride does not wait for a burst).
+func (c *Completer) queued() []*pending {
+	var batch []*pending
+	for len(batch) < maxBatch {
+		select {
+		case p := <-c.queue:
+			batch = append(batch, p)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// moreRides adds the rides waiting now to rides.
+func (c *Completer) moreRides(rides []*ride) []*ride {
+	for len(rides) < maxRides {
+		select {
+		case r := <-c.rides:
+			rides = append(rides, r)
+		default:
+			return rides
+		}
+	}
+	return rides
+}
+
+// flush records a batch and hands every task its outcome, in one call with rides when there are some. A batch
+// never names one task twice (two attempts of a task finishing together): the second goes into a batch of its
+// own.
+func (c *Completer) flush(batch []*pending, seen map[taskKey]bool, rides []*ride) {
 	batch, again := splitRepeated(batch, seen)
 	defer func() {
 		if len(again) > 0 {
-			c.flush(again, seen)
+			c.flush(again, seen, nil)
 		}
 	}()
+	if len(rides) > 0 && c.flushWithRides(batch, rides) {
+		return
+	}
+	if len(batch) == 0 {
+		return
+	}
 	if len(batch) == 1 {
 		c.oneByOne(batch)
 		return
 	}
-	results := make([]sqlapi.TaskResult, len(batch))
-	for i, p := range batch {
-		results[i] = sqlapi.TaskResult{RunID: p.meta.RunID, StepSlug: p.meta.StepSlug, TaskIndex: p.meta.TaskIndex,
-			Output: p.out, Attempt: p.meta.Attempt}
-	}
+	results := taskResults(batch)
 	var done []sqlapi.CompletedTask
 	var notes sqlapi.Notifications
 	err := c.retry(c.cfg.Logger, "complete_tasks", func(ctx context.Context) (err error) {
@@ -279,6 +416,42 @@ func (c *Completer) flush(batch []*pending, seen map[taskKey]bool) {
 	for i, p := range batch {
 		p.settle.Settle(c.completionOutcome(p.log, p.meta, done[i]))
 	}
+}
+
+// flushWithRides records batch (possibly empty) and runs rides in one call, once: it reports false when the call
+// failed, after handing each ride the error; batch is then still to be recorded (the caller retries it alone, so
+// a result the database refuses is failed on its own and never costs the rides more than this call).
+func (c *Completer) flushWithRides(batch []*pending, rides []*ride) bool {
+	err := c.cfg.Calls.Err()
+	var done []sqlapi.CompletedTask
+	var notes sqlapi.Notifications
+	if err == nil {
+		done, notes, err = sqlapi.CompleteTasksWith(c.cfg.Calls, c.cfg.DB, taskResults(batch), func(b *pgx.Batch) {
+			for _, r := range rides {
+				r.queue(b)
+			}
+		})
+	}
+	for _, r := range rides {
+		r.done <- err
+	}
+	if err != nil {
+		return false
+	}
+	c.sendNotifications(c.cfg.Logger, notes)
+	for i, p := range batch {
+		p.settle.Settle(c.completionOutcome(p.log, p.meta, done[i]))
+	}
+	return true
+}
+
+func taskResults(batch []*pending) []sqlapi.TaskResult {
+	results := make([]sqlapi.TaskResult, len(batch))
+	for i, p := range batch {
+		results[i] = sqlapi.TaskResult{RunID: p.meta.RunID, StepSlug: p.meta.StepSlug, TaskIndex: p.meta.TaskIndex,
+			Output: p.out, Attempt: p.meta.Attempt}
+	}
+	return results
 }
 
 // sendNotifications delivers what a committed call deferred (sqlapi.Notifications: events and wake-ups sent after

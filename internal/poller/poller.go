@@ -82,6 +82,10 @@ type Config struct {
 	Own      *notify.Subscription
 	Listener *notify.Listener
 	Claimer  *claimer.Claimer
+	// Expect, when not nil, announces that a claim is about to ride with the worker's results (a read by the
+	// listening path after a full one; completer.Completer.Expect): called once the first slot of a read is taken,
+	// its done once the read has returned.
+	Expect   func() (done func())
 	Executor *executor.Executor
 	Tasks    *Tasks
 	Observer *observe.Observer
@@ -102,6 +106,16 @@ type Poller struct {
 	starved atomic.Bool
 	// passing tracks pass-on notifications in flight; Run waits for them before it returns.
 	passing sync.WaitGroup
+	// expectDone ends the announcement of the read being gathered (Config.Expect); only Run's goroutine uses it.
+	expectDone func()
+}
+
+// unexpect ends the announcement of a ride, if one was made.
+func (p *Poller) unexpect() {
+	if p.expectDone != nil {
+		p.expectDone()
+		p.expectDone = nil
+	}
 }
 
 // New returns a Poller.
@@ -130,10 +144,12 @@ func (p *Poller) Run(stop, calls context.Context) {
 	for stop.Err() == nil {
 		n, ok := p.gatherSlots(stop, calls, backlog)
 		if !ok {
+			p.unexpect()
 			return
 		}
 		start := time.Now()
-		r, err := p.poll(stop, calls, n)
+		r, err := p.poll(stop, calls, n, backlog)
+		p.unexpect()
 		if err != nil {
 			p.release(r.held)
 			if stop.Err() != nil {
@@ -257,6 +273,11 @@ func (p *Poller) gatherSlots(stop, calls context.Context, backlog bool) (n int, 
 		}
 	}
 	n = 1
+	if backlog && p.cfg.Expect != nil && p.listening() {
+		// Announced once a slot is held: a starved poller waits for results to be recorded, so it must not hold
+		// the call that records them.
+		p.expectDone = p.cfg.Expect()
+	}
 	var linger <-chan time.Time
 	for n < p.cfg.BatchSize {
 		if p.acquire(stop, false) {
@@ -323,12 +344,12 @@ type pollResult struct {
 // visible again at once (sqlapi.MakeVisible) for any worker to take. So a queue without work never keeps slots
 // from the worker's other queues. After stop ended, read messages are not claimed: they become visible again
 // after the visibility timeout and another worker takes them.
-func (p *Poller) poll(stop, calls context.Context, n int) (pollResult, error) {
+func (p *Poller) poll(stop, calls context.Context, n int, backlog bool) (pollResult, error) {
 	if p.listening() {
 		p.clearWake()
 		woken := p.woken
 		p.woken = false
-		read, tasks, err := p.cfg.Claimer.ReadAndClaim(stop, calls, n, p.cfg.VisibilitySeconds)
+		read, tasks, err := p.cfg.Claimer.ReadAndClaim(stop, calls, n, p.cfg.VisibilitySeconds, backlog)
 		if err == nil && woken && read == n {
 			// Woken alone and the read came back full: more may wait than this worker can take now.
 			p.passOn(calls)

@@ -216,42 +216,74 @@ func StartTasks(ctx context.Context, db Batcher, flowSlug, queue string, msgIDs 
 // message id order; claimed tasks are ordered by message id. read is the number of messages read.
 func ReadAndStartTasks(ctx context.Context, db DBTX, flowSlug, queue, workerID string, qty, vtSeconds int) (
 	claimed []ClaimedTask, unclaimed []int64, read int, err error) {
-	rows, err := db.Query(ctx, `
+	var r ReadAndStart
+	rows, err := db.Query(ctx, readAndStartTasksSQL, flowSlug, queue, uuidArg(workerID), qty, vtSeconds)
+	if err == nil {
+		err = r.scan(rows)
+	}
+	if err != nil {
+		return nil, nil, 0, readAndStartTasksErr(flowSlug, queue, workerID, qty, vtSeconds, err)
+	}
+	return r.Claimed, r.Unclaimed, r.Read, nil
+}
+
+// ReadAndStart is what one pgflow.read_and_start_tasks call queued into a batch (QueueReadAndStartTasks) read and
+// claimed, set once the batch has run: as ReadAndStartTasks returns it.
+type ReadAndStart struct {
+	Claimed   []ClaimedTask
+	Unclaimed []int64
+	Read      int
+}
+
+// QueueReadAndStartTasks adds to b the call ReadAndStartTasks makes; out is filled when b runs. It lets a claim
+// share the transaction and the round trip of other statements (a worker's completions, CompleteTasksWith): the
+// claim then commits, or not, with them.
+func QueueReadAndStartTasks(b *pgx.Batch, flowSlug, queue, workerID string, qty, vtSeconds int, out *ReadAndStart) {
+	b.Queue(readAndStartTasksSQL, flowSlug, queue, uuidArg(workerID), qty, vtSeconds).Query(func(rows pgx.Rows) error {
+		if err := out.scan(rows); err != nil {
+			return readAndStartTasksErr(flowSlug, queue, workerID, qty, vtSeconds, err)
+		}
+		return nil
+	})
+}
+
+const readAndStartTasksSQL = `
 		select r.msg_id, r.claimed, r.flow_slug, r.run_id::text, r.step_slug, r.input, r.task_index, r.flow_input,
 		       r.attempt, r.timeout, r.max_attempts
 		  from pgflow.read_and_start_tasks(flow_slug => $1::text, queue_name => $2::text, worker_id => $3::uuid,
-		                                   qty => $4::integer, vt => $5::integer) as r`,
-		flowSlug, queue, uuidArg(workerID), qty, vtSeconds)
-	if err == nil {
-		var c ClaimedTask
-		var ok bool
-		// Scanned without pointers to pointers (pgx allocates each through reflection) and with the slugs,
-		// which a batch repeats, made strings once per call: a claim is on every task's path.
-		var flow, step pgtype.DriverBytes
-		var run pgtype.Text
-		var index, attempt, timeout, maxAttempts pgtype.Int4
-		var slugs interner
-		_, err = pgx.ForEachRow(rows, []any{&c.MsgID, &ok, &flow, &run, &step, &c.Input, &index, &c.FlowInput,
-			&attempt, &timeout, &maxAttempts}, func() error {
-			read++
-			if !ok {
-				unclaimed = append(unclaimed, c.MsgID)
-				return nil
-			}
-			t := c
-			t.FlowSlug, t.RunID, t.StepSlug = slugs.str(flow), run.String, slugs.str(step)
-			t.TaskIndex, t.Attempt, t.TimeoutSeconds, t.MaxAttempts = int(index.Int32), int(attempt.Int32), int(timeout.Int32),
-				int(maxAttempts.Int32)
-			claimed = append(claimed, t)
-			c.Input, c.FlowInput = nil, nil // the next row's scan must not write into the slices just stored
+		                                   qty => $4::integer, vt => $5::integer) as r`
+
+func readAndStartTasksErr(flowSlug, queue, workerID string, qty, vtSeconds int, err error) error {
+	return fmt.Errorf("pgflow.read_and_start_tasks(flow %q, queue %q, qty %d, vt %d, worker %s): %w",
+		flowSlug, queue, qty, vtSeconds, workerID, err)
+}
+
+// scan reads the rows of pgflow.read_and_start_tasks into r.
+func (r *ReadAndStart) scan(rows pgx.Rows) error {
+	var c ClaimedTask
+	var ok bool
+	// Scanned without pointers to pointers (pgx allocates each through reflection) and with the slugs, which a
+	// batch repeats, made strings once per call: a claim is on every task's path.
+	var flow, step pgtype.DriverBytes
+	var run pgtype.Text
+	var index, attempt, timeout, maxAttempts pgtype.Int4
+	var slugs interner
+	_, err := pgx.ForEachRow(rows, []any{&c.MsgID, &ok, &flow, &run, &step, &c.Input, &index, &c.FlowInput,
+		&attempt, &timeout, &maxAttempts}, func() error {
+		r.Read++
+		if !ok {
+			r.Unclaimed = append(r.Unclaimed, c.MsgID)
 			return nil
-		})
-	}
-	if err != nil {
-		return nil, nil, 0, fmt.Errorf("pgflow.read_and_start_tasks(flow %q, queue %q, qty %d, vt %d, worker %s): %w",
-			flowSlug, queue, qty, vtSeconds, workerID, err)
-	}
-	return claimed, unclaimed, read, nil
+		}
+		t := c
+		t.FlowSlug, t.RunID, t.StepSlug = slugs.str(flow), run.String, slugs.str(step)
+		t.TaskIndex, t.Attempt, t.TimeoutSeconds, t.MaxAttempts = int(index.Int32), int(attempt.Int32), int(timeout.Int32),
+			int(maxAttempts.Int32)
+		r.Claimed = append(r.Claimed, t)
+		c.Input, c.FlowInput = nil, nil // the next row's scan must not write into the slices just stored
+		return nil
+	})
+	return err
 }
 
 // interner makes strings of the bytes of a text column, each distinct value once: the values a batch of rows
@@ -365,18 +397,43 @@ func CompleteTasks(ctx context.Context, db DBTX, results []TaskResult) ([]Comple
 // CompleteTasksDeferred is CompleteTasks with the call's notifications (events, wakes of the workers of dependent
 // steps) deferred (see Notifications): the caller sends them once the call returned.
 func CompleteTasksDeferred(ctx context.Context, db Batcher, results []TaskResult) ([]CompletedTask, Notifications, error) {
+	return CompleteTasksWith(ctx, db, results, nil)
+}
+
+// CompleteTasksWith is CompleteTasksDeferred with the statements more adds (when not nil) sent before the
+// completions, in the same round trip and the same transaction: all of it commits, or none. A worker's claims ride
+// so with its completions (one call, one commit, one busy connection where there were two). They go first: a
+// claim takes no lock it would wait for (SKIP LOCKED), and the row locks of the completions (runs, step states
+// that other workers' completions of the same runs also need) are then held only from the end of the call to its
+// commit. With no results it sends more's statements alone. An error of complete_tasks names the results; one of
+// more's statements is theirs to wrap (in their pgx.Batch callbacks).
+func CompleteTasksWith(ctx context.Context, db Batcher, results []TaskResult, more func(b *pgx.Batch)) (
+	[]CompletedTask, Notifications, error) {
 	if len(results) == 0 {
-		return nil, "", nil
+		if more == nil {
+			return nil, "", nil
+		}
+		var b pgx.Batch
+		more(&b)
+		return nil, "", db.SendBatch(ctx, &b).Close()
 	}
 	var done []CompletedTask
+	var failed bool // complete_tasks failed (not a statement before it)
 	pending, err := deferNotifications(ctx, db, len(results), func(b *pgx.Batch) {
+		if more != nil {
+			more(b)
+		}
 		b.Queue(completeTasksSQL, completeTasksArgs(results)...).Query(func(rows pgx.Rows) (err error) {
 			done, err = scanCompletedTasks(rows, len(results))
+			failed = err != nil
 			return err
 		})
 	})
-	if err != nil {
+	switch {
+	case err != nil && (more == nil || failed):
 		return nil, "", completeTasksErr(results, err)
+	case err != nil:
+		return nil, "", err
 	}
 	return done, pending, nil
 }

@@ -1,0 +1,177 @@
+package completer
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgflow-go/pgflow/internal/observe"
+	"github.com/pgflow-go/pgflow/internal/pgtest"
+	"github.com/pgflow-go/pgflow/internal/sqlapi"
+)
+
+const rideWorker = "d0000000-0000-4000-8000-000000000001" // the worker claimedTasks registers
+
+// startRuns starts n more runs of flow, whose tasks wait in its queue.
+func startRuns(t *testing.T, db *pgtest.DB, flow string, n int) {
+	t.Helper()
+	inputs := make([]json.RawMessage, n)
+	for i := range inputs {
+		inputs[i] = json.RawMessage(`{}`)
+	}
+	_, err := sqlapi.StartFlows(context.Background(), db.Pool, flow, inputs, nil)
+	require.NoError(t, err)
+}
+
+// sendRide sends a claim of up to n tasks of flow through c.Ride on a goroutine of its own, and waits until it is on
+// its way (handed over or waiting for the completer's next call).
+func sendRide(t *testing.T, c *Completer, flow string, n int, r *sqlapi.ReadAndStart) <-chan error {
+	t.Helper()
+	rode := make(chan error, 1)
+	go func() {
+		rode <- c.Ride(func(b *pgx.Batch) { sqlapi.QueueReadAndStartTasks(b, flow, flow, rideWorker, n, 60, r) })
+	}()
+	require.Eventually(t, func() bool { return c.riding.Load() == 1 }, time.Minute, time.Millisecond)
+	return rode
+}
+
+func waitRide(t *testing.T, rode <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-rode:
+		return err
+	case <-time.After(time.Minute):
+		t.Fatal("the ride did not return within a minute")
+		return nil
+	}
+}
+
+// A claim that rides while the worker's result call is in flight waits for it, then goes out with the results
+// that waited meanwhile: one call, one transaction (the rows both wrote carry one transaction id).
+func TestARideGoesOutWithTheWaitingResultsInOneTransaction(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	const n, m = 10, 7
+	tasks := claimedTasks(t, db, "ride", 1+n)
+	startRuns(t, db, "ride", m)
+	gate := newResultGate(1)
+	c := newGatedCompleter(t, db, gate, 1+n, time.Hour) // never stalled here
+	o := &outcomes{ch: make(chan settled, 1+n)}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	c.CompleteAsync(log, tasks[0], json.RawMessage(`"first"`), settleRun{o, tasks[0].RunID})
+	gate.waitEntered(t) // the first call is in flight, held
+	for _, mt := range tasks[1:] {
+		c.CompleteAsync(log, mt, json.RawMessage(`"later"`), settleRun{o, mt.RunID})
+	}
+	var r sqlapi.ReadAndStart
+	rode := sendRide(t, c, "ride", m, &r)
+	select {
+	case err := <-rode:
+		t.Fatalf("the ride went out beside the result call in flight (error %v)", err)
+	default:
+	}
+
+	close(gate.release)
+	require.NoError(t, waitRide(t, rode))
+	require.Len(t, r.Claimed, m)
+	require.Equal(t, m, r.Read)
+	require.Len(t, waitOutcomes(t, o, 1+n), 1+n)
+	calls, most := gate.counts()
+	require.Equal(t, 2, calls, "the ride went with the second result call, not in a call of its own")
+	require.Equal(t, 1, most)
+
+	// The n results of the second call and the m claims: one transaction wrote all of those rows.
+	var rows, xids int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `
+		select count(*), count(distinct xmin::text) from pgflow.step_tasks
+		 where flow_slug = 'ride' and run_id <> $1::uuid and status in ('completed', 'started')`, tasks[0].RunID).
+		Scan(&rows, &xids))
+	require.Equal(t, n+m, rows)
+	require.Equal(t, 1, xids)
+}
+
+// When the database refuses a result of the call a claim rides with, nothing of that call commits: the ride gets
+// the error (its caller claims again alone) and the results are recorded without it, the refused one failed on
+// its own.
+func TestARideFailsWithItsCallAndTheResultsAreRecordedWithoutIt(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	const m = 4
+	tasks := claimedTasks(t, db, "ride_refused", 3)
+	startRuns(t, db, "ride_refused", m)
+	gate := newResultGate(1)
+	c := newGatedCompleter(t, db, gate, 3, time.Hour)
+	o := &outcomes{ch: make(chan settled, 3)}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	c.CompleteAsync(log, tasks[0], json.RawMessage(`1`), settleRun{o, tasks[0].RunID})
+	gate.waitEntered(t)
+	c.CompleteAsync(log, tasks[1], json.RawMessage(`{"a": "x\u0000y"}`), settleRun{o, tasks[1].RunID}) // jsonb refuses it
+	c.CompleteAsync(log, tasks[2], json.RawMessage(`3`), settleRun{o, tasks[2].RunID})
+	var r sqlapi.ReadAndStart
+	rode := sendRide(t, c, "ride_refused", m, &r)
+	close(gate.release)
+
+	err := waitRide(t, rode)
+	require.ErrorContains(t, err, "pgflow.complete_tasks(2 tasks")
+	require.ErrorContains(t, err, "22P05") // unsupported Unicode escape sequence
+	got := map[string]observe.Outcome{}
+	for range 3 {
+		select {
+		case s := <-o.ch:
+			got[s.run] = s.outcome
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of 3 outcomes after a minute", len(got))
+		}
+	}
+	require.Equal(t, map[string]observe.Outcome{tasks[0].RunID: observe.Completed, tasks[1].RunID: observe.Failed,
+		tasks[2].RunID: observe.Completed}, got)
+	var queued int
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`select count(*) from pgflow.step_tasks where flow_slug = 'ride_refused' and status = 'queued'`).Scan(&queued))
+	require.Equal(t, m, queued, "the failed call claimed nothing")
+}
+
+// Once the completer has stopped, a ride is refused at once: nothing is sent.
+func TestARideAfterTheCompleterStoppedIsRefused(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	c := newGatedCompleter(t, db, newResultGate(0), 1, time.Hour)
+	c.Stop()
+	sent := false
+	err := c.Ride(func(*pgx.Batch) { sent = true })
+	require.ErrorIs(t, err, ErrStopped)
+	require.False(t, sent)
+}
+
+// A ride waits for a call to carry it only as long as a call may run before the next goes out beside it: with
+// both result calls stalled (held here, as calls waiting for row locks someone else holds would be), it is refused
+// after StallAfter, nothing sent, and its caller goes alone.
+func TestARideIsRefusedWhileTheResultCallsAreStalled(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	tasks := claimedTasks(t, db, "ride_stalled", 2)
+	gate := newResultGate(2)
+	c := newGatedCompleter(t, db, gate, 2, 20*time.Millisecond)
+	o := &outcomes{ch: make(chan settled, 2)}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c.CompleteAsync(log, tasks[0], json.RawMessage(`1`), settleRun{o, tasks[0].RunID})
+	gate.waitEntered(t)
+	c.CompleteAsync(log, tasks[1], json.RawMessage(`2`), settleRun{o, tasks[1].RunID})
+	gate.waitEntered(t) // two calls in flight, both held: the completer takes nothing more
+
+	sent := false
+	err := c.Ride(func(*pgx.Batch) { sent = true })
+	require.ErrorIs(t, err, errLaneStalled)
+	require.False(t, sent)
+
+	close(gate.release)
+	require.Len(t, waitOutcomes(t, o, 2), 2)
+}
