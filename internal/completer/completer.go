@@ -10,6 +10,7 @@
 package completer
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -79,6 +80,8 @@ type Config struct {
 	Base context.Context
 	// StallAfter replaces stallAfter when positive (tests).
 	StallAfter time.Duration
+	// RideWait replaces rideWait when positive (tests).
+	RideWait time.Duration
 }
 
 // Completer records results. Create it with New and stop it with Stop once no handler waits for an outcome.
@@ -89,6 +92,7 @@ type Completer struct {
 	riding   atomic.Int32  // rides handed over or waiting to be (tests wait for a ride to be on its way)
 	expected atomic.Int32  // rides announced (Expect) and not yet on their way
 	unexpect chan struct{} // a ride announced is no longer coming
+	wanted   chan struct{} // a result call waits for an announced ride: come now (Expect)
 	stopped  chan struct{}
 	wg       sync.WaitGroup
 	stopOnce sync.Once
@@ -118,6 +122,7 @@ func (w waiter) Settle(o observe.Outcome) { w <- o }
 // New starts a Completer's flusher.
 func New(cfg Config) *Completer {
 	c := &Completer{cfg: cfg, queue: make(chan *pending, max(cfg.QueueSize, 1)), rides: make(chan *ride), unexpect: make(chan struct{}, 1),
+		wanted:  make(chan struct{}, 1),
 		stopped: make(chan struct{})}
 	c.wg.Go(c.loop)
 	return c
@@ -224,12 +229,14 @@ const rideWait = 5 * time.Millisecond
 // Expect announces a ride (the caller is about to gather what it will claim, then Ride): until done is called, a
 // result call that would go out without a ride waits up to rideWait for it. Without it, under load, a worker's
 // result call would leave while its poller gathers the slots that the previous call freed, and the claim would
-// wait for that call instead of riding in it. done must be called once, when the ride is on its way or will not
-// come.
-func (c *Completer) Expect() (done func()) {
+// wait for that call instead of riding in it. A value on wanted says that a result call is waiting for the ride:
+// the caller should stop gathering and ride with what it has, since the slots it waits for may be held by the
+// very results that wait (a value may be left from an earlier call: it only makes one claim smaller). done must be
+// called once, when the ride is on its way or will not come.
+func (c *Completer) Expect() (wanted <-chan struct{}, done func()) {
 	c.expected.Add(1)
 	var once sync.Once
-	return func() {
+	return c.wanted, func() {
 		once.Do(func() {
 			c.expected.Add(-1)
 			select {
@@ -247,7 +254,11 @@ func (c *Completer) awaitRide() []*ride {
 	case <-c.unexpect:
 	default:
 	}
-	t := time.NewTimer(rideWait)
+	select {
+	case c.wanted <- struct{}{}:
+	default:
+	}
+	t := time.NewTimer(cmp.Or(c.cfg.RideWait, rideWait))
 	defer t.Stop()
 	for c.expected.Load() > 0 {
 		select {

@@ -134,7 +134,8 @@ func claimedTasks(t *testing.T, db *pgtest.DB, flow string, n int) []taskrun.Met
 	return metas
 }
 
-func newGatedCompleter(t *testing.T, db *pgtest.DB, gate *resultGate, queueSize int, stall time.Duration) *Completer {
+func newGatedCompleter(t *testing.T, db *pgtest.DB, gate *resultGate, queueSize int, stall time.Duration,
+	opts ...func(*Config)) *Completer {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	require.NoError(t, err)
@@ -143,8 +144,12 @@ func newGatedCompleter(t *testing.T, db *pgtest.DB, gate *resultGate, queueSize 
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	ctx := context.Background()
-	c := New(Config{DB: pool, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), QueueSize: queueSize,
-		HardStop: ctx, Calls: ctx, Base: ctx, StallAfter: stall})
+	cc := Config{DB: pool, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), QueueSize: queueSize,
+		HardStop: ctx, Calls: ctx, Base: ctx, StallAfter: stall}
+	for _, o := range opts {
+		o(&cc)
+	}
+	c := New(cc)
 	t.Cleanup(func() {
 		select {
 		case <-gate.release:

@@ -175,3 +175,46 @@ func TestARideIsRefusedWhileTheResultCallsAreStalled(t *testing.T) {
 	close(gate.release)
 	require.Len(t, waitOutcomes(t, o, 2), 2)
 }
+
+// A result call that finds a ride announced (Expect) waits for it and asks for it on wanted (the poller then stops
+// gathering slots: the results that wait may be what holds them), then takes it along: one call. When the
+// announcement ends without a ride, the results go out alone.
+func TestAResultCallWaitsForAnAnnouncedRide(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	const m = 3
+	tasks := claimedTasks(t, db, "ride_wanted", 2)
+	startRuns(t, db, "ride_wanted", m)
+	gate := newResultGate(0)
+	// Only the ride or the end of the announcement ends the wait.
+	c := newGatedCompleter(t, db, gate, 2, time.Hour, func(cfg *Config) { cfg.RideWait = time.Hour })
+	o := &outcomes{ch: make(chan settled, 2)}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	waitWanted := func(wanted <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-wanted:
+		case <-time.After(time.Minute):
+			t.Fatal("the result call did not ask for the announced ride within a minute")
+		}
+	}
+
+	wanted, done := c.Expect()
+	c.CompleteAsync(log, tasks[0], json.RawMessage(`1`), settleRun{o, tasks[0].RunID})
+	waitWanted(wanted)
+	var r sqlapi.ReadAndStart
+	require.NoError(t, waitRide(t, sendRide(t, c, "ride_wanted", m, &r)))
+	done()
+	require.Len(t, r.Claimed, m)
+	require.Len(t, waitOutcomes(t, o, 1), 1)
+	calls, _ := gate.counts()
+	require.Equal(t, 1, calls, "the result waited for the ride and went out with it")
+
+	wanted, done = c.Expect()
+	c.CompleteAsync(log, tasks[1], json.RawMessage(`2`), settleRun{o, tasks[1].RunID})
+	waitWanted(wanted)
+	done() // no ride after all
+	require.Len(t, waitOutcomes(t, o, 1), 1)
+	calls, _ = gate.counts()
+	require.Equal(t, 2, calls)
+}

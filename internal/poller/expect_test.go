@@ -35,12 +35,12 @@ func TestAPollerAnnouncesItsClaimOnlyWhileItHoldsASlot(t *testing.T) {
 
 	slots := NewSlots(2)
 	var announced, ended, withoutSlot atomic.Int32
-	expect := func() func() {
+	expect := func() (<-chan struct{}, func()) {
 		announced.Add(1)
 		if len(slots) == 0 {
 			withoutSlot.Add(1)
 		}
-		return func() { ended.Add(1) }
+		return nil, func() { ended.Add(1) }
 	}
 	// Queued before the poller starts: its first read comes back full, so the next one is announced.
 	runs := make([]string, 7)

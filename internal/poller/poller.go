@@ -84,8 +84,8 @@ type Config struct {
 	Claimer  *claimer.Claimer
 	// Expect, when not nil, announces that a claim is about to ride with the worker's results (a read by the
 	// listening path after a full one; completer.Completer.Expect): called once the first slot of a read is taken,
-	// its done once the read has returned.
-	Expect   func() (done func())
+	// its done once the read has returned; a value on wanted ends the gathering of slots for that read.
+	Expect   func() (wanted <-chan struct{}, done func())
 	Executor *executor.Executor
 	Tasks    *Tasks
 	Observer *observe.Observer
@@ -106,15 +106,17 @@ type Poller struct {
 	starved atomic.Bool
 	// passing tracks pass-on notifications in flight; Run waits for them before it returns.
 	passing sync.WaitGroup
-	// expectDone ends the announcement of the read being gathered (Config.Expect); only Run's goroutine uses it.
+	// expectDone ends the announcement of the read being gathered (Config.Expect), and wanted tells that the
+	// worker's results wait for it; only Run's goroutine uses them.
 	expectDone func()
+	wanted     <-chan struct{}
 }
 
 // unexpect ends the announcement of a ride, if one was made.
 func (p *Poller) unexpect() {
 	if p.expectDone != nil {
 		p.expectDone()
-		p.expectDone = nil
+		p.expectDone, p.wanted = nil, nil
 	}
 }
 
@@ -276,7 +278,7 @@ func (p *Poller) gatherSlots(stop, calls context.Context, backlog bool) (n int, 
 	if backlog && p.cfg.Expect != nil && p.listening() {
 		// Announced once a slot is held: a starved poller waits for results to be recorded, so it must not hold
 		// the call that records them.
-		p.expectDone = p.cfg.Expect()
+		p.wanted, p.expectDone = p.cfg.Expect()
 	}
 	var linger <-chan time.Time
 	for n < p.cfg.BatchSize {
@@ -305,6 +307,8 @@ func (p *Poller) gatherSlots(stop, calls context.Context, backlog bool) (n int, 
 			n++
 		case <-again:
 		case <-linger:
+			return n, true
+		case <-p.wanted: // the worker's results wait for this read to ride with them (nil: not announced)
 			return n, true
 		case <-stop.Done():
 			p.release(n)
