@@ -197,8 +197,8 @@ type ride struct {
 	done  chan error
 }
 
-// Ride sends the statements queue adds in the completer's next call, before the completions waiting then (alone
-// when none are; sqlapi.CompleteTasksWith says why before), in one transaction, and returns once that call has
+// Ride sends the statements queue adds in the completer's next call, after the completions waiting then (alone
+// when none are; sqlapi.CompleteTasksWith says why after), in one transaction, and returns once that call has
 // returned: nil when it committed. A worker's claims ride so (claimer.ReadAndClaim): under load each of its calls
 // claims the next batch of tasks and records one batch of results, one commit and one busy connection where there
 // were two, and a claim never runs beside the worker's own completion call. The statements must not wait for row

@@ -400,13 +400,14 @@ func CompleteTasksDeferred(ctx context.Context, db Batcher, results []TaskResult
 	return CompleteTasksWith(ctx, db, results, nil)
 }
 
-// CompleteTasksWith is CompleteTasksDeferred with the statements more adds (when not nil) sent before the
+// CompleteTasksWith is CompleteTasksDeferred with the statements more adds (when not nil) sent after the
 // completions, in the same round trip and the same transaction: all of it commits, or none. A worker's claims ride
-// so with its completions (one call, one commit, one busy connection where there were two). They go first: a
-// claim takes no lock it would wait for (SKIP LOCKED), and the row locks of the completions (runs, step states
-// that other workers' completions of the same runs also need) are then held only from the end of the call to its
-// commit. With no results it sends more's statements alone. An error of complete_tasks names the results; one of
-// more's statements is theirs to wrap (in their pgx.Batch callbacks).
+// so with its completions (one call, one commit, one busy connection where there were two). They go last, and
+// must not wait for locks (a claim's are SKIP LOCKED): the completions wait for the row locks of runs, step states
+// and messages that other transactions hold, and a transaction that held a claim's locks while it waited there
+// could close a cycle with one that waits for those (a claim first deadlocked about once in five map burn-downs:
+// docs/performance-rounds.md, twenty-first round). With no results it sends more's statements alone. An error of
+// complete_tasks names the results; one of more's statements is theirs to wrap (in their pgx.Batch callbacks).
 func CompleteTasksWith(ctx context.Context, db Batcher, results []TaskResult, more func(b *pgx.Batch)) (
 	[]CompletedTask, Notifications, error) {
 	if len(results) == 0 {
@@ -420,14 +421,14 @@ func CompleteTasksWith(ctx context.Context, db Batcher, results []TaskResult, mo
 	var done []CompletedTask
 	var failed bool // complete_tasks failed (not a statement before it)
 	pending, err := deferNotifications(ctx, db, len(results), func(b *pgx.Batch) {
-		if more != nil {
-			more(b)
-		}
 		b.Queue(completeTasksSQL, completeTasksArgs(results)...).Query(func(rows pgx.Rows) (err error) {
 			done, err = scanCompletedTasks(rows, len(results))
 			failed = err != nil
 			return err
 		})
+		if more != nil {
+			more(b)
+		}
 	})
 	switch {
 	case err != nil && (more == nil || failed):
