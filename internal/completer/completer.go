@@ -121,9 +121,8 @@ func (w waiter) Settle(o observe.Outcome) { w <- o }
 
 // New starts a Completer's flusher.
 func New(cfg Config) *Completer {
-	c := &Completer{cfg: cfg, queue: make(chan *pending, max(cfg.QueueSize, 1)), rides: make(chan *ride), unexpect: make(chan struct{}, 1),
-		wanted:  make(chan struct{}, 1),
-		stopped: make(chan struct{})}
+	c := &Completer{cfg: cfg, queue: make(chan *pending, max(cfg.QueueSize, 1)), rides: make(chan *ride),
+		unexpect: make(chan struct{}, 1), wanted: make(chan struct{}, 1), stopped: make(chan struct{})}
 	c.wg.Go(c.loop)
 	return c
 }
@@ -364,30 +363,22 @@ func (c *Completer) stallAfter() time.Duration {
 }
 
 // queued takes the completions queued now, without waiting for more (a ride does not wait for a burst).
-func (c *Completer) queued() []*pending {
-	var batch []*pending
-	for len(batch) < maxBatch {
-		select {
-		case p := <-c.queue:
-			batch = append(batch, p)
-		default:
-			return batch
-		}
-	}
-	return batch
-}
+func (c *Completer) queued() []*pending { return takeReady(c.queue, nil, maxBatch) }
 
 // moreRides adds the rides waiting now to rides.
-func (c *Completer) moreRides(rides []*ride) []*ride {
-	for len(rides) < maxRides {
+func (c *Completer) moreRides(rides []*ride) []*ride { return takeReady(c.rides, rides, maxRides) }
+
+// takeReady appends to into what ch holds now, without waiting, until into holds limit values.
+func takeReady[T any](ch <-chan T, into []T, limit int) []T {
+	for len(into) < limit {
 		select {
-		case r := <-c.rides:
-			rides = append(rides, r)
+		case v := <-ch:
+			into = append(into, v)
 		default:
-			return rides
+			return into
 		}
 	}
-	return rides
+	return into
 }
 
 // flush records a batch and hands every task its outcome, in one call with rides when there are some. A batch
