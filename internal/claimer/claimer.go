@@ -6,7 +6,6 @@ package claimer
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strconv"
 	"time"
@@ -95,13 +94,13 @@ func (c *Claimer) ReadAndClaim(stop, calls context.Context, n, vtSeconds int, ri
 	}
 	claimedAt := time.Now()
 	var r sqlapi.ReadAndStart
-	err = errNoLane
+	rode := false
 	if ride && c.cfg.Lane != nil {
-		err = c.cfg.Lane.Ride(func(b *pgx.Batch) {
+		rode = c.cfg.Lane.Ride(func(b *pgx.Batch) {
 			sqlapi.QueueReadAndStartTasks(b, c.cfg.Flow, c.cfg.Queue, c.cfg.WorkerID, n, vtSeconds, &r)
-		})
+		}) == nil
 	}
-	if err != nil {
+	if !rode {
 		// Alone: not riding, once the completer has stopped or stalled, or when the shared call failed (nothing of
 		// it committed; a result the database refused must not cost the claim a retry delay).
 		r = sqlapi.ReadAndStart{}
@@ -120,8 +119,6 @@ func (c *Claimer) ReadAndClaim(stop, calls context.Context, n, vtSeconds int, ri
 	}
 	return r.Read, out, nil
 }
-
-var errNoLane = errors.New("no lane")
 
 // explainUnclaimed logs why messages of a batch were not claimed. A message with no matching task, or whose
 // task belongs to another flow, is left exactly as it is (in the queue, not archived, its visibility untouched)

@@ -414,6 +414,11 @@ func (c *Completer) flush(batch []*pending, seen map[taskKey]bool, rides []*ride
 		c.oneByOne(batch)
 		return
 	}
+	c.settleRecorded(batch, done, notes)
+}
+
+// settleRecorded sends what a committed result call deferred and hands every task of its batch its outcome.
+func (c *Completer) settleRecorded(batch []*pending, done []sqlapi.CompletedTask, notes sqlapi.Notifications) {
 	c.sendNotifications(c.cfg.Logger, notes)
 	for i, p := range batch {
 		p.settle.Settle(c.completionOutcome(p.log, p.meta, done[i]))
@@ -440,10 +445,7 @@ func (c *Completer) flushWithRides(batch []*pending, rides []*ride) bool {
 	if err != nil {
 		return false
 	}
-	c.sendNotifications(c.cfg.Logger, notes)
-	for i, p := range batch {
-		p.settle.Settle(c.completionOutcome(p.log, p.meta, done[i]))
-	}
+	c.settleRecorded(batch, done, notes)
 	return true
 }
 
