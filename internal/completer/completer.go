@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -425,28 +426,37 @@ func (c *Completer) settleRecorded(batch []*pending, done []sqlapi.CompletedTask
 	}
 }
 
-// flushWithRides records batch (possibly empty) and runs rides in one call, once: it reports false when the call
-// failed, after handing each ride the error; batch is then still to be recorded (the caller retries it alone, so
-// a result the database refuses is failed on its own and never costs the rides more than this call).
+// flushWithRides records batch (possibly empty) and runs rides in one call, once: it reports false when the
+// results were not recorded, after handing each ride the error; batch is then still to be recorded (the caller
+// retries it alone, so a result the database refuses is failed on its own and never costs the rides more than this
+// call). A batch with a task of a map step commits before its rides run (sqlapi.CompleteTasksWith's commitFirst);
+// a ride that fails after that commit is handed its own error, and the results are settled.
 func (c *Completer) flushWithRides(batch []*pending, rides []*ride) bool {
 	err := c.cfg.Calls.Err()
+	rideErr := err
 	var done []sqlapi.CompletedTask
 	var notes sqlapi.Notifications
 	if err == nil {
-		done, notes, err = sqlapi.CompleteTasksWith(c.cfg.Calls, c.cfg.DB, taskResults(batch), func(b *pgx.Batch) {
+		done, notes, rideErr, err = sqlapi.CompleteTasksWith(c.cfg.Calls, c.cfg.DB, taskResults(batch), func(b *pgx.Batch) {
 			for _, r := range rides {
 				r.queue(b)
 			}
-		})
+		}, hasMapTask(batch))
 	}
 	for _, r := range rides {
-		r.done <- err
+		r.done <- cmp.Or(err, rideErr)
 	}
 	if err != nil {
 		return false
 	}
 	c.settleRecorded(batch, done, notes)
 	return true
+}
+
+// hasMapTask reports whether batch holds a task of a map step (an element index above 0): other workers then
+// complete tasks of the same step state at the same time, and wait for this call's locks on it and on its run.
+func hasMapTask(batch []*pending) bool {
+	return slices.ContainsFunc(batch, func(p *pending) bool { return p.meta.TaskIndex > 0 })
 }
 
 func taskResults(batch []*pending) []sqlapi.TaskResult {

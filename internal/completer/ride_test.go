@@ -3,6 +3,7 @@ package completer
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/pgflow-go/pgflow/internal/observe"
 	"github.com/pgflow-go/pgflow/internal/pgtest"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
+	"github.com/pgflow-go/pgflow/internal/taskrun"
 )
 
 const rideWorker = "d0000000-0000-4000-8000-000000000001" // the worker claimedTasks registers
@@ -217,4 +219,174 @@ func TestAResultCallWaitsForAnAnnouncedRide(t *testing.T) {
 	require.Len(t, waitOutcomes(t, o, 1), 1)
 	calls, _ = gate.counts()
 	require.Equal(t, 2, calls)
+}
+
+// claimedMapTasks starts one run of a new flow whose only step maps over n elements and claims its n tasks as a
+// worker of its own.
+func claimedMapTasks(t *testing.T, db *pgtest.DB, flow string, n int) []taskrun.Meta {
+	t.Helper()
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `select pgflow.create_flow($1)`, flow)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `select pgflow.add_step($1, 'items', step_type => 'map')`, flow)
+	require.NoError(t, err)
+	const worker = "d0000000-0000-4000-8000-000000000002"
+	require.NoError(t, sqlapi.RegisterWorker(ctx, db.Pool, worker, flow, "completer-test"))
+	elements := make([]int, n)
+	_, err = sqlapi.StartFlows(ctx, db.Pool, flow, []json.RawMessage{mustJSON(t, elements)}, nil)
+	require.NoError(t, err)
+	claimed, _, _, err := sqlapi.ReadAndStartTasks(ctx, db.Pool, flow, flow, worker, n, 60)
+	require.NoError(t, err)
+	require.Len(t, claimed, n)
+	metas := make([]taskrun.Meta, n)
+	for i, c := range claimed {
+		metas[i] = taskrun.Meta{RunID: c.RunID, FlowSlug: c.FlowSlug, StepSlug: c.StepSlug, TaskIndex: c.TaskIndex,
+			Attempt: c.Attempt, MessageID: c.MsgID, WorkerID: worker, QueueName: flow}
+	}
+	return metas
+}
+
+func mustJSON(t *testing.T, v any) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return b
+}
+
+// taskLabel names a task in outcomes (a map step's tasks share their run).
+func taskLabel(m taskrun.Meta) string {
+	return fmt.Sprintf("%s/%s/%d", m.RunID, m.StepSlug, m.TaskIndex)
+}
+
+// With a task of a map step among the results, the results commit before the claim that rides with them runs, in
+// the same call: the claim holds none of the locks on the step state and run that other workers' completions of
+// the same step wait for. The claimed rows carry a later transaction than the completed ones.
+func TestMapResultsCommitBeforeTheirRide(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	const n, m = 6, 5
+	first := claimedTasks(t, db, "ride_map_first", 1)[0]
+	tasks := claimedMapTasks(t, db, "ride_map", n)
+	startRuns(t, db, "ride_map_first", m)
+	gate := newResultGate(1)
+	c := newGatedCompleter(t, db, gate, 1+n, time.Hour)
+	o := &outcomes{ch: make(chan settled, 1+n)}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	c.CompleteAsync(log, first, json.RawMessage(`"first"`), settleRun{o, first.RunID})
+	gate.waitEntered(t)
+	for _, mt := range tasks {
+		c.CompleteAsync(log, mt, json.RawMessage(`1`), settleRun{o, taskLabel(mt)})
+	}
+	var r sqlapi.ReadAndStart
+	rode := sendRide(t, c, "ride_map_first", m, &r)
+	close(gate.release)
+	require.NoError(t, waitRide(t, rode))
+	require.Len(t, r.Claimed, m)
+	require.Len(t, waitOutcomes(t, o, 1+n), 1+n)
+	calls, _ := gate.counts()
+	require.Equal(t, 2, calls, "the ride went with the second result call, not in a call of its own")
+
+	var resultXIDs, claimXIDs, later int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `
+		with done as (select xmin::text::bigint as x from pgflow.step_tasks where flow_slug = 'ride_map' and status = 'completed'),
+		     claimed as (select xmin::text::bigint as x from pgflow.step_tasks
+		                  where flow_slug = 'ride_map_first' and run_id <> $1::uuid and status = 'started')
+		select (select count(distinct x) from done), (select count(distinct x) from claimed),
+		       (select count(*) from claimed where x > (select max(x) from done))`, first.RunID).
+		Scan(&resultXIDs, &claimXIDs, &later))
+	require.Equal(t, 1, resultXIDs, "the map results commit together")
+	require.Equal(t, 1, claimXIDs)
+	require.Equal(t, m, later, "the claim ran in a transaction after the results'")
+	var status string
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`select status from pgflow.runs where flow_slug = 'ride_map'`).Scan(&status))
+	require.Equal(t, "completed", status)
+}
+
+// A ride that fails after the map results it went with committed gets its own error; the results stay recorded,
+// are settled once, and are not sent again.
+func TestARideFailingAfterMapResultsCommittedFailsAlone(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	const n = 3
+	first := claimedTasks(t, db, "ride_map_fail_first", 1)[0]
+	tasks := claimedMapTasks(t, db, "ride_map_fail", n)
+	gate := newResultGate(1)
+	c := newGatedCompleter(t, db, gate, 1+n, time.Hour)
+	o := &outcomes{ch: make(chan settled, 1+n)}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	c.CompleteAsync(log, first, json.RawMessage(`"first"`), settleRun{o, first.RunID})
+	gate.waitEntered(t)
+	for _, mt := range tasks {
+		c.CompleteAsync(log, mt, json.RawMessage(`1`), settleRun{o, taskLabel(mt)})
+	}
+	rode := make(chan error, 1)
+	go func() { rode <- c.Ride(func(b *pgx.Batch) { b.Queue(`select 1 / 0`) }) }()
+	require.Eventually(t, func() bool { return c.riding.Load() == 1 }, time.Minute, time.Millisecond)
+	close(gate.release)
+
+	require.ErrorContains(t, waitRide(t, rode), "22012") // division by zero
+	require.Len(t, waitOutcomes(t, o, 1+n), 1+n)
+	calls, _ := gate.counts()
+	require.Equal(t, 2, calls, "the recorded results were not sent again")
+	var completed int
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`select count(*) from pgflow.step_tasks where flow_slug = 'ride_map_fail' and status = 'completed'`).Scan(&completed))
+	require.Equal(t, n, completed)
+}
+
+// When the database refuses a result of a call that would have committed map results before its ride, nothing of
+// it commits and the ride never runs: the ride gets the error, the results are recorded without it (the refused
+// one failed on its own), and the completer's later calls work (the pool drops the connection left in a failed
+// transaction block).
+func TestARideFailsWithRefusedMapResultsAndLaterCallsWork(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	const n, m = 2, 3
+	single := claimedTasks(t, db, "ride_map_refused_single", 2)
+	tasks := claimedMapTasks(t, db, "ride_map_refused", n)
+	startRuns(t, db, "ride_map_refused_single", m)
+	gate := newResultGate(1)
+	c := newGatedCompleter(t, db, gate, 2+n, time.Hour)
+	o := &outcomes{ch: make(chan settled, 2+n)}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	c.CompleteAsync(log, single[0], json.RawMessage(`1`), settleRun{o, single[0].RunID})
+	gate.waitEntered(t)
+	for _, mt := range tasks {
+		c.CompleteAsync(log, mt, json.RawMessage(`1`), settleRun{o, taskLabel(mt)})
+	}
+	c.CompleteAsync(log, single[1], json.RawMessage(`{"a": "x\u0000y"}`), settleRun{o, single[1].RunID}) // jsonb refuses it
+	var r sqlapi.ReadAndStart
+	rode := sendRide(t, c, "ride_map_refused_single", m, &r)
+	close(gate.release)
+
+	err := waitRide(t, rode)
+	require.ErrorContains(t, err, "pgflow.complete_tasks(3 tasks")
+	require.ErrorContains(t, err, "22P05")
+	got := map[string]observe.Outcome{}
+	for range 2 + n {
+		select {
+		case s := <-o.ch:
+			got[s.run] = s.outcome
+		case <-time.After(time.Minute):
+			t.Fatalf("%d of %d outcomes after a minute", len(got), 2+n)
+		}
+	}
+	want := map[string]observe.Outcome{single[0].RunID: observe.Completed, single[1].RunID: observe.Failed}
+	for _, mt := range tasks {
+		want[taskLabel(mt)] = observe.Completed
+	}
+	require.Equal(t, want, got)
+	var queued int
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`select count(*) from pgflow.step_tasks where flow_slug = 'ride_map_refused_single' and status = 'queued'`).Scan(&queued))
+	require.Equal(t, m, queued, "the failed call claimed nothing")
+
+	// The completer goes on: a ride now claims the queued tasks.
+	rode = sendRide(t, c, "ride_map_refused_single", m, &r)
+	require.NoError(t, waitRide(t, rode))
+	require.Len(t, r.Claimed, m)
 }

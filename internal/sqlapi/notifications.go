@@ -29,26 +29,40 @@ const DeferNotificationsBelow = 16
 // transaction and reads what it deferred; a larger call notifies inside its transaction and returns none.
 func deferNotifications(ctx context.Context, db Batcher, n int, queue func(b *pgx.Batch)) (Notifications, error) {
 	var b pgx.Batch
+	d := queueDeferNotifications(&b, n, queue)
+	if err := db.SendBatch(ctx, &b).Close(); err != nil {
+		return "", err
+	}
+	return d.notifications(), nil
+}
+
+// deferred is what queueDeferNotifications reads back, once the batch has run.
+type deferred struct{ pending *string }
+
+func (d *deferred) notifications() Notifications {
+	if d.pending == nil || *d.pending == "[]" {
+		return ""
+	}
+	return Notifications(*d.pending)
+}
+
+// queueDeferNotifications adds to b, inside one transaction, the statements queue adds, preceded and followed
+// by those that defer the notifications of a call of n runs or results (see deferNotifications).
+func queueDeferNotifications(b *pgx.Batch, n int, queue func(b *pgx.Batch)) *deferred {
+	d := new(deferred)
 	deferring := n < DeferNotificationsBelow
 	if deferring {
 		// Start from an empty list: a session-level value someone set on this pooled connection is not ours to send.
 		b.Queue(`select pg_catalog.set_config('pgflow.defer_notifications', 'on', true),
 		                pg_catalog.set_config('pgflow.deferred_notifications', '', true)`)
 	}
-	queue(&b)
-	var pending *string
+	queue(b)
 	if deferring {
 		b.Queue(`select pg_catalog.current_setting('pgflow.deferred_notifications', true)`).QueryRow(func(row pgx.Row) error {
-			return row.Scan(&pending)
+			return row.Scan(&d.pending)
 		})
 	}
-	if err := db.SendBatch(ctx, &b).Close(); err != nil {
-		return "", err
-	}
-	if pending == nil || *pending == "[]" {
-		return "", nil
-	}
-	return Notifications(*pending), nil
+	return d
 }
 
 // Send delivers the notifications, in order, in one transaction that does not wait for its commit's WAL flush.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -397,46 +398,69 @@ func CompleteTasks(ctx context.Context, db DBTX, results []TaskResult) ([]Comple
 // CompleteTasksDeferred is CompleteTasks with the call's notifications (events, wakes of the workers of dependent
 // steps) deferred (see Notifications): the caller sends them once the call returned.
 func CompleteTasksDeferred(ctx context.Context, db Batcher, results []TaskResult) ([]CompletedTask, Notifications, error) {
-	return CompleteTasksWith(ctx, db, results, nil)
+	done, pending, _, err := CompleteTasksWith(ctx, db, results, nil, false)
+	return done, pending, err
 }
 
 // CompleteTasksWith is CompleteTasksDeferred with the statements more adds (when not nil) sent after the
-// completions, in the same round trip and the same transaction: all of it commits, or none. A worker's claims ride
-// so with its completions (one call, one commit, one busy connection where there were two). They go last, and
-// must not wait for locks (a claim's are SKIP LOCKED): the completions wait for the row locks of runs, step states
-// and messages that other transactions hold, and a transaction that held a claim's locks while it waited there
-// could close a cycle with one that waits for those (a claim first deadlocked about once in five map burn-downs:
-// docs/performance-rounds.md, twenty-first round). With no results it sends more's statements alone. An error of
-// complete_tasks names the results; one of more's statements is theirs to wrap (in their pgx.Batch callbacks).
-func CompleteTasksWith(ctx context.Context, db Batcher, results []TaskResult, more func(b *pgx.Batch)) (
-	[]CompletedTask, Notifications, error) {
+// completions in the same round trip: a worker's claims ride so with its completions (one call, one busy connection
+// where there were two). They go after the completions, and must not wait for locks (a claim's are SKIP LOCKED):
+// the completions wait for the row locks of runs, step states and messages that other transactions hold, and a
+// transaction that held a claim's locks while it waited there could close a cycle with one that waits for those (a
+// claim first deadlocked about once in five map burn-downs: docs/performance-rounds.md, twenty-first round).
+//
+// Without commitFirst the completions and more's statements share one transaction: all of it commits, or none,
+// and err is its error (moreErr then too). With commitFirst the completions commit first and more's statements
+// run in a transaction of their own once they have: the row locks of the completions' runs and step states are
+// then not held while the claim runs too. That is for the tasks of map steps, whose step state and run other
+// workers' completions of the same step lock at the same time (docs/performance-rounds.md, twenty-second round);
+// it costs one more commit. err is then the completions' error (nil: they committed) and moreErr the error of
+// more's statements, which ran only after that commit. A failure inside the completions leaves the connection in
+// a failed transaction block, which the pool closes (pgxpool does not keep such connections).
+//
+// With no results more's statements go alone (moreErr). An error of complete_tasks names the results; one of
+// more's statements is theirs to wrap (in their pgx.Batch callbacks).
+func CompleteTasksWith(ctx context.Context, db Batcher, results []TaskResult, more func(b *pgx.Batch), commitFirst bool) (
+	done []CompletedTask, pending Notifications, moreErr, err error) {
 	if len(results) == 0 {
 		if more == nil {
-			return nil, "", nil
+			return nil, "", nil, nil
 		}
 		var b pgx.Batch
 		more(&b)
-		return nil, "", db.SendBatch(ctx, &b).Close()
+		return nil, "", db.SendBatch(ctx, &b).Close(), nil
 	}
-	var done []CompletedTask
-	var failed bool // complete_tasks failed (not a statement before it)
-	pending, err := deferNotifications(ctx, db, len(results), func(b *pgx.Batch) {
+	var b pgx.Batch
+	apart := commitFirst && more != nil
+	if apart {
+		b.Queue(`begin`)
+	}
+	var failed, committed bool
+	deferred := queueDeferNotifications(&b, len(results), func(b *pgx.Batch) {
 		b.Queue(completeTasksSQL, completeTasksArgs(results)...).Query(func(rows pgx.Rows) (err error) {
 			done, err = scanCompletedTasks(rows, len(results))
 			failed = err != nil
 			return err
 		})
-		if more != nil {
-			more(b)
+		if more != nil && !apart {
+			more(b) // inside the deferral: what they would notify is deferred with the rest
 		}
 	})
+	if apart {
+		b.Queue(`commit`).Exec(func(pgconn.CommandTag) error {
+			committed = true
+			return nil
+		})
+		more(&b) // a transaction of its own: what it notifies, it notifies at its commit
+	}
+	err = db.SendBatch(ctx, &b).Close()
 	switch {
 	case err != nil && (more == nil || failed):
-		return nil, "", completeTasksErr(results, err)
-	case err != nil:
-		return nil, "", err
+		return nil, "", err, completeTasksErr(results, err)
+	case err != nil && !(apart && committed):
+		return nil, "", err, err
 	}
-	return done, pending, nil
+	return done, deferred.notifications(), err, nil
 }
 
 const completeTasksSQL = `select t.task_position, t.task_status, t.outcome
