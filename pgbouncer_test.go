@@ -23,6 +23,7 @@ import (
 	"github.com/pgflow-go/pgflow"
 	"github.com/pgflow-go/pgflow/internal/pgcluster"
 	"github.com/pgflow-go/pgflow/internal/pgtest"
+	"github.com/pgflow-go/pgflow/internal/sqlapi"
 	"github.com/pgflow-go/pgflow/internal/testutil"
 	"github.com/pgflow-go/pgflow/pgflowtest"
 	"github.com/pgflow-go/pgflow/schema"
@@ -353,4 +354,87 @@ func claimAsDeadWorker(ctx context.Context, t *testing.T, direct *pgxpool.Pool, 
 		where run_id = $1::uuid and step_slug = 'items' and status = 'started'`, runID)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, tag.RowsAffected())
+}
+
+// A worker's result call holding tasks of a map step commits them before the claim riding with it (begin,
+// completions, commit, claim: one pipeline, two transactions). Through a transaction-mode bouncer in every query
+// mode a pool there may use: the results and the claim are recorded, a claim failing after the commit leaves the
+// results recorded, and a refused result rolls the call back and leaves the pool working.
+func TestPgBouncerMapResultsCommitBeforeTheirRide(t *testing.T) {
+	t.Parallel()
+	b := startTestBouncer(t)
+	for _, mode := range append(bouncerModes(b), "simple_protocol") {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), bouncerWait)
+			defer cancel()
+			db := pgtest.New(t)
+			pool, err := pgxpool.New(ctx, b.URL(db.Name)+"&default_query_exec_mode="+mode)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			for _, q := range []string{
+				`select pgflow.create_flow('bouncer_map')`,
+				`select pgflow.add_step('bouncer_map', 'items', step_type => 'map')`,
+				`select pgflow.create_flow('bouncer_next')`,
+				`select pgflow.add_step('bouncer_next', 'only')`,
+			} {
+				_, err := pool.Exec(ctx, q)
+				require.NoError(t, err)
+			}
+			const worker = "d0000000-0000-4000-8000-0000000000b1"
+			require.NoError(t, sqlapi.RegisterWorker(ctx, pool, worker, "bouncer_map", "bouncer-test"))
+			_, err = sqlapi.StartFlows(ctx, pool, "bouncer_map", []json.RawMessage{json.RawMessage(`[1, 2, 3, 4]`)}, nil)
+			require.NoError(t, err)
+			_, err = sqlapi.StartFlows(ctx, pool, "bouncer_next", []json.RawMessage{json.RawMessage(`{}`), json.RawMessage(`{}`)}, nil)
+			require.NoError(t, err)
+			claimed, _, _, err := sqlapi.ReadAndStartTasks(ctx, pool, "bouncer_map", "bouncer_map", worker, 4, 60)
+			require.NoError(t, err)
+			require.Len(t, claimed, 4)
+			results := func(from, to int, output string) []sqlapi.TaskResult {
+				var rs []sqlapi.TaskResult
+				for _, c := range claimed[from:to] {
+					rs = append(rs, sqlapi.TaskResult{RunID: c.RunID, StepSlug: c.StepSlug, TaskIndex: c.TaskIndex,
+						Output: json.RawMessage(output), Attempt: c.Attempt})
+				}
+				return rs
+			}
+			completed := func() (n int) {
+				require.NoError(t, db.Pool.QueryRow(ctx, `select count(*) from pgflow.step_tasks
+					where flow_slug = 'bouncer_map' and status = 'completed'`).Scan(&n))
+				return n
+			}
+
+			// A refused result: nothing commits, the claim never runs, and the pool goes on working.
+			var r sqlapi.ReadAndStart
+			_, _, rideErr, err := sqlapi.CompleteTasksWith(ctx, pool, results(0, 2, `{"a": "x\u0000y"}`), func(b *pgx.Batch) {
+				sqlapi.QueueReadAndStartTasks(b, "bouncer_next", "bouncer_next", worker, 1, 60, &r)
+			}, true)
+			require.ErrorContains(t, err, "22P05")
+			require.Error(t, rideErr)
+			require.Zero(t, completed())
+			require.Empty(t, r.Claimed)
+
+			// Results first, committed; then the claim, in a transaction of its own.
+			done, _, rideErr, err := sqlapi.CompleteTasksWith(ctx, pool, results(0, 2, `1`), func(b *pgx.Batch) {
+				sqlapi.QueueReadAndStartTasks(b, "bouncer_next", "bouncer_next", worker, 1, 60, &r)
+			}, true)
+			require.NoError(t, err)
+			require.NoError(t, rideErr)
+			require.Len(t, done, 2)
+			require.Len(t, r.Claimed, 1)
+			require.Equal(t, 2, completed())
+
+			// A claim failing after the commit: the results stay recorded.
+			done, _, rideErr, err = sqlapi.CompleteTasksWith(ctx, pool, results(2, 4, `1`), func(b *pgx.Batch) {
+				b.Queue(`select 1 / 0`)
+			}, true)
+			require.NoError(t, err)
+			require.ErrorContains(t, rideErr, "22012")
+			require.Len(t, done, 2)
+			require.Equal(t, 4, completed())
+			var status string
+			require.NoError(t, db.Pool.QueryRow(ctx, `select status from pgflow.runs where flow_slug = 'bouncer_map'`).Scan(&status))
+			require.Equal(t, "completed", status)
+		})
+	}
 }
