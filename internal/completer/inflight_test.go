@@ -123,7 +123,14 @@ func claimedTasks(t *testing.T, db *pgtest.DB, flow string, n int) []taskrun.Met
 	}
 	_, err := sqlapi.StartFlows(ctx, db.Pool, flow, inputs, nil)
 	require.NoError(t, err)
-	claimed, _, _, err := sqlapi.ReadAndStartTasks(ctx, db.Pool, flow, flow, worker, n, 60)
+	return claimQueued(t, db, flow, worker, n)
+}
+
+// claimQueued claims the n tasks queued for flow (in its own queue) as worker and returns what a worker's
+// completer knows of them.
+func claimQueued(t *testing.T, db *pgtest.DB, flow, worker string, n int) []taskrun.Meta {
+	t.Helper()
+	claimed, _, _, err := sqlapi.ReadAndStartTasks(context.Background(), db.Pool, flow, flow, worker, n, 60)
 	require.NoError(t, err)
 	require.Len(t, claimed, n)
 	metas := make([]taskrun.Meta, n)

@@ -235,15 +235,7 @@ func claimedMapTasks(t *testing.T, db *pgtest.DB, flow string, n int) []taskrun.
 	elements := make([]int, n)
 	_, err = sqlapi.StartFlows(ctx, db.Pool, flow, []json.RawMessage{mustJSON(t, elements)}, nil)
 	require.NoError(t, err)
-	claimed, _, _, err := sqlapi.ReadAndStartTasks(ctx, db.Pool, flow, flow, worker, n, 60)
-	require.NoError(t, err)
-	require.Len(t, claimed, n)
-	metas := make([]taskrun.Meta, n)
-	for i, c := range claimed {
-		metas[i] = taskrun.Meta{RunID: c.RunID, FlowSlug: c.FlowSlug, StepSlug: c.StepSlug, TaskIndex: c.TaskIndex,
-			Attempt: c.Attempt, MessageID: c.MsgID, WorkerID: worker, QueueName: flow}
-	}
-	return metas
+	return claimQueued(t, db, flow, worker, n)
 }
 
 func mustJSON(t *testing.T, v any) json.RawMessage {
@@ -251,6 +243,25 @@ func mustJSON(t *testing.T, v any) json.RawMessage {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
 	return b
+}
+
+// mapResultsWaiting holds a completer's first result call (a one-step task of firstFlow) in flight and queues the
+// results of n claimed tasks of a new map flow behind it; the caller sends a ride, then releases the gate.
+func mapResultsWaiting(t *testing.T, db *pgtest.DB, firstFlow, mapFlow string, n int) (
+	c *Completer, gate *resultGate, o *outcomes, first taskrun.Meta) {
+	t.Helper()
+	first = claimedTasks(t, db, firstFlow, 1)[0]
+	tasks := claimedMapTasks(t, db, mapFlow, n)
+	gate = newResultGate(1)
+	c = newGatedCompleter(t, db, gate, 1+n, time.Hour)
+	o = &outcomes{ch: make(chan settled, 1+n)}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	c.CompleteAsync(log, first, json.RawMessage(`"first"`), settleRun{o, first.RunID})
+	gate.waitEntered(t)
+	for _, mt := range tasks {
+		c.CompleteAsync(log, mt, json.RawMessage(`1`), settleRun{o, taskLabel(mt)})
+	}
+	return c, gate, o, first
 }
 
 // taskLabel names a task in outcomes (a map step's tasks share their run).
@@ -265,19 +276,8 @@ func TestMapResultsCommitBeforeTheirRide(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	const n, m = 6, 5
-	first := claimedTasks(t, db, "ride_map_first", 1)[0]
-	tasks := claimedMapTasks(t, db, "ride_map", n)
+	c, gate, o, first := mapResultsWaiting(t, db, "ride_map_first", "ride_map", n)
 	startRuns(t, db, "ride_map_first", m)
-	gate := newResultGate(1)
-	c := newGatedCompleter(t, db, gate, 1+n, time.Hour)
-	o := &outcomes{ch: make(chan settled, 1+n)}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-
-	c.CompleteAsync(log, first, json.RawMessage(`"first"`), settleRun{o, first.RunID})
-	gate.waitEntered(t)
-	for _, mt := range tasks {
-		c.CompleteAsync(log, mt, json.RawMessage(`1`), settleRun{o, taskLabel(mt)})
-	}
 	var r sqlapi.ReadAndStart
 	rode := sendRide(t, c, "ride_map_first", m, &r)
 	close(gate.release)
@@ -310,18 +310,7 @@ func TestARideFailingAfterMapResultsCommittedFailsAlone(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	const n = 3
-	first := claimedTasks(t, db, "ride_map_fail_first", 1)[0]
-	tasks := claimedMapTasks(t, db, "ride_map_fail", n)
-	gate := newResultGate(1)
-	c := newGatedCompleter(t, db, gate, 1+n, time.Hour)
-	o := &outcomes{ch: make(chan settled, 1+n)}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-
-	c.CompleteAsync(log, first, json.RawMessage(`"first"`), settleRun{o, first.RunID})
-	gate.waitEntered(t)
-	for _, mt := range tasks {
-		c.CompleteAsync(log, mt, json.RawMessage(`1`), settleRun{o, taskLabel(mt)})
-	}
+	c, gate, o, _ := mapResultsWaiting(t, db, "ride_map_fail_first", "ride_map_fail", n)
 	rode := make(chan error, 1)
 	go func() { rode <- c.Ride(func(b *pgx.Batch) { b.Queue(`select 1 / 0`) }) }()
 	require.Eventually(t, func() bool { return c.riding.Load() == 1 }, time.Minute, time.Millisecond)
