@@ -31,8 +31,8 @@ type Config struct {
 	Lane Lane
 }
 
-// Lane sends statements in a call of the worker's completer, with the results waiting then, in one transaction
-// (completer.Completer.Ride).
+// Lane sends statements in a call of the worker's completer, after the results waiting then
+// (completer.Completer.Ride): in their transaction, or in one of its own once map results have committed.
 type Lane interface {
 	Ride(queue func(b *pgx.Batch)) error
 }
@@ -83,8 +83,8 @@ func (c *Claimer) Claim(stop, calls context.Context, msgIDs []int64) []executor.
 // transaction): no message is read without its claim committing with it, so unlike Claim there is nothing to
 // retry here; an error goes back to the poller, which backs off and reads again. Messages read but not claimed
 // are hidden for vtSeconds and explained in the log. It runs under calls (see Claim), once stop has not ended.
-// With ride and a Lane the call rides with the worker's next completion call, in its transaction; when that call
-// fails, the claim is made again alone at once. The poller rides when its last read was full: with work queued,
+// With ride and a Lane the call rides with the worker's next completion call (in its transaction, or right after
+// it commits when it records map tasks); when the claim did not commit there, it is made again alone at once. The poller rides when its last read was full: with work queued,
 // calls that claim and complete together cost the database less per task (one busy connection per worker where
 // there were two; docs/performance-rounds.md, twenty-first round); below that, a claim that waited for the
 // worker's completion call in flight would make every run wait longer.
@@ -101,8 +101,8 @@ func (c *Claimer) ReadAndClaim(stop, calls context.Context, n, vtSeconds int, ri
 		}) == nil
 	}
 	if !rode {
-		// Alone: not riding, once the completer has stopped or stalled, or when the shared call failed (nothing of
-		// it committed; a result the database refused must not cost the claim a retry delay).
+		// Alone: not riding, once the completer has stopped or stalled, or when the claim failed in the shared
+		// call (it did not commit; a result the database refused must not cost the claim a retry delay).
 		r = sqlapi.ReadAndStart{}
 		r.Claimed, r.Unclaimed, r.Read, err = sqlapi.ReadAndStartTasks(calls, c.cfg.Read, c.cfg.Flow, c.cfg.Queue,
 			c.cfg.WorkerID, n, vtSeconds)

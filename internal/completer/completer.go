@@ -3,8 +3,8 @@
 // shutdown interrupted (pgflow.release_tasks). Every report is fenced by the attempt that produced it, so a
 // report from an attempt that is no longer current changes nothing; it is logged (identity only, never the
 // output) and counted as stale. Reporting never costs a task an attempt: transient database errors are retried
-// with backoff until the worker's hard stop, then once more. Other statements may ride in a result call's
-// transaction (Ride): the worker's claims do, so that under load one call records a batch and claims the next.
+// with backoff until the worker's hard stop, then once more. Other statements may ride in a result call (Ride):
+// the worker's claims do, so that under load one call records a batch and claims the next.
 //
 // This is the bottom of a task's path through the engine: it knows package sqlapi and nothing above itself.
 package completer
@@ -198,15 +198,16 @@ type ride struct {
 }
 
 // Ride sends the statements queue adds in the completer's next call, after the completions waiting then (alone
-// when none are; sqlapi.CompleteTasksWith says why after), in one transaction, and returns once that call has
-// returned: nil when it committed. A worker's claims ride so (claimer.ReadAndClaim): under load each of its calls
+// when none are; sqlapi.CompleteTasksWith says why after), and returns once that call has returned: nil when the
+// statements committed. They share the completions' transaction, or, when the completions hold a task of a map
+// step, run in a transaction of their own once those have committed (flushWithRides). A worker's claims ride so (claimer.ReadAndClaim): under load each of its calls
 // claims the next batch of tasks and records one batch of results, one commit and one busy connection where there
 // were two, and a claim never runs beside the worker's own completion call. The statements must not wait for row
 // locks (a claim's are SKIP LOCKED), or the worker's results would wait with them. A ride waits for a call to
 // carry it as long as a call may run before the next goes out beside it (stallAfter); then it is refused, and its
-// caller goes alone. An error leaves nothing of the call committed: the completions are then recorded without the
-// ride (see flush), and what to do about the ride is the caller's; queue's pgx.Batch callbacks read the ride's
-// rows and wrap its errors.
+// caller goes alone. An error means the statements did not commit; the completions are then recorded without them
+// if they were not (see flush), and what to do about the ride is the caller's; queue's pgx.Batch callbacks read
+// the ride's rows and wrap its errors.
 func (c *Completer) Ride(queue func(b *pgx.Batch)) error {
 	r := &ride{queue: queue, done: make(chan error, 1)}
 	c.riding.Add(1)
@@ -433,7 +434,7 @@ func (c *Completer) settleRecorded(batch []*pending, done []sqlapi.CompletedTask
 // a ride that fails after that commit is handed its own error, and the results are settled.
 func (c *Completer) flushWithRides(batch []*pending, rides []*ride) bool {
 	err := c.cfg.Calls.Err()
-	rideErr := err
+	rideErr := err // what the rides get
 	var done []sqlapi.CompletedTask
 	var notes sqlapi.Notifications
 	if err == nil {
@@ -444,7 +445,7 @@ func (c *Completer) flushWithRides(batch []*pending, rides []*ride) bool {
 		}, hasMapTask(batch))
 	}
 	for _, r := range rides {
-		r.done <- cmp.Or(err, rideErr)
+		r.done <- rideErr
 	}
 	if err != nil {
 		return false

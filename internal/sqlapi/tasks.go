@@ -415,7 +415,7 @@ func CompleteTasksDeferred(ctx context.Context, db Batcher, results []TaskResult
 // then not held while the claim runs too. That is for the tasks of map steps, whose step state and run other
 // workers' completions of the same step lock at the same time (docs/performance-rounds.md, twenty-second round);
 // it costs one more commit. err is then the completions' error (nil: they committed) and moreErr the error of
-// more's statements, which ran only after that commit. A failure inside the completions leaves the connection in
+// more's statements, which ran only after that commit (the completions' error when they did not run). A failure inside the completions leaves the connection in
 // a failed transaction block, which the pool closes (pgxpool does not keep such connections).
 //
 // With no results more's statements go alone (moreErr). An error of complete_tasks names the results; one of
@@ -456,7 +456,8 @@ func CompleteTasksWith(ctx context.Context, db Batcher, results []TaskResult, mo
 	err = db.SendBatch(ctx, &b).Close()
 	switch {
 	case err != nil && (more == nil || failed):
-		return nil, "", err, completeTasksErr(results, err)
+		err = completeTasksErr(results, err)
+		return nil, "", err, err
 	case err != nil && !(apart && committed):
 		return nil, "", err, err
 	}
