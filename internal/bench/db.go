@@ -163,6 +163,8 @@ type counters struct {
 	commits int64         // pg_stat_database.xact_commit of the benchmark database
 	wal     uint64        // pg_current_wal_insert_lsn() as a byte position (WAL written or not yet written: all generated)
 	rows    int64         // rows inserted, updated and deleted in the database's tables (pg_stat_user_tables)
+	updates int64         // rows updated (pg_stat_user_tables.n_tup_upd)
+	hot     int64         // of those, updated without a new index entry (n_tup_hot_upd)
 	buffers int64         // shared-buffer accesses of the database's sessions: pg_stat_database.blks_hit + blks_read
 	fpi     int64         // full-page images written to the WAL, whole server (pg_stat_wal.wal_fpi; 0 before PostgreSQL 14)
 	cpu     time.Duration // the server's CPU time so far, every process of it (0 when the server is not local)
@@ -182,11 +184,15 @@ func (e *env) snapshot(ctx context.Context) (counters, error) {
 	err := e.mon.QueryRow(ctx, `
 		select d.xact_commit, d.blks_hit + d.blks_read,
 		       pg_current_wal_insert_lsn()::text,
-		       (select coalesce(sum(t.n_tup_ins + t.n_tup_upd + t.n_tup_del), 0)::bigint from pg_stat_user_tables as t),
+		       t.rows, t.updates, t.hot,
 		       `+fpi+`
-		  from pg_stat_database as d
+		  from pg_stat_database as d,
+		       (select coalesce(sum(t.n_tup_ins + t.n_tup_upd + t.n_tup_del), 0)::bigint as rows,
+		               coalesce(sum(t.n_tup_upd), 0)::bigint as updates,
+		               coalesce(sum(t.n_tup_hot_upd), 0)::bigint as hot
+		          from pg_stat_user_tables as t) as t
 		 where d.datname = current_database()`).
-		Scan(&c.commits, &c.buffers, &lsn, &c.rows, &c.fpi)
+		Scan(&c.commits, &c.buffers, &lsn, &c.rows, &c.updates, &c.hot, &c.fpi)
 	if err != nil {
 		return c, fmt.Errorf("bench: read the database counters: %w", err)
 	}
@@ -217,6 +223,8 @@ type delta struct {
 	commits  int64
 	walBytes int64
 	rows     int64
+	updates  int64
+	hot      int64
 	buffers  int64
 	fpi      int64
 	cpu      time.Duration // server CPU time
@@ -225,7 +233,7 @@ type delta struct {
 
 func (a counters) to(b counters) delta {
 	return delta{commits: b.commits - a.commits, walBytes: int64(b.wal - a.wal), rows: b.rows - a.rows,
-		buffers: b.buffers - a.buffers, fpi: b.fpi - a.fpi, cpu: b.cpu - a.cpu, selfCPU: b.self - a.self}
+		updates: b.updates - a.updates, hot: b.hot - a.hot, buffers: b.buffers - a.buffers, fpi: b.fpi - a.fpi, cpu: b.cpu - a.cpu, selfCPU: b.self - a.self}
 }
 
 // flushStats makes the statistics of the monitoring pool's backends visible: they are flushed when a backend

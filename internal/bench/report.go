@@ -110,6 +110,9 @@ type Result struct {
 	CommitsPer     float64 `json:"commits_per"`
 	WALBytesPer    float64 `json:"wal_bytes_per"`
 	RowsWrittenPer float64 `json:"rows_written_per"`
+	// HOTUpdateShare is the share of the rows updated that PostgreSQL updated without new index entries (heap-only
+	// tuples: no indexed column changed and the new version fitted on the old one's page), from pg_stat_user_tables.
+	HOTUpdateShare float64 `json:"hot_update_share"`
 	// BuffersPer is the number of shared-buffer accesses per task (or run) by the database's sessions:
 	// pg_stat_database's blks_hit + blks_read, autovacuum's and the monitor's progress counts included. Like rows
 	// and WAL it counts work, not time, so it does not move with the machine's load: under concurrency each access
@@ -178,6 +181,9 @@ func (r *Result) setTotals(d delta, n int) {
 	r.CommitsPer = float64(d.commits) / float64(n)
 	r.WALBytesPer = float64(d.walBytes) / float64(n)
 	r.RowsWrittenPer = float64(d.rows) / float64(n)
+	if d.updates > 0 {
+		r.HOTUpdateShare = float64(d.hot) / float64(d.updates)
+	}
 	r.BuffersPer = float64(d.buffers) / float64(n)
 	r.ServerCPUMicrosPer = float64(d.cpu.Microseconds()) / float64(n)
 	r.WorkerCPUMicrosPer = float64(d.selfCPU.Microseconds()) / float64(n)
@@ -361,7 +367,7 @@ func (rep *Report) writeResults(w io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tmode\truns\ttasks\truns/s (×base)\ttasks/s (×base)\tp50 ms\tp95 ms\tp99 ms (×base)\tcommits/task (×base)\tWAL B/task (×base)\trows/task (×base)\tbuffers/task (×base)\tserver CPU µs/task (×base)\tworker CPU µs/task\t")
+	fmt.Fprintln(tw, "scenario\tmode\truns\ttasks\truns/s (×base)\ttasks/s (×base)\tp50 ms\tp95 ms\tp99 ms (×base)\tcommits/task (×base)\tWAL B/task (×base)\trows/task (×base)\tHOT updates\tbuffers/task (×base)\tserver CPU µs/task (×base)\tworker CPU µs/task\t")
 	for _, r := range rep.Results {
 		if r.Scenario == ScenarioIdle {
 			continue
@@ -370,7 +376,7 @@ func (rep *Report) writeResults(w io.Writer) error {
 		if r.CostPer == "run" {
 			per = "run"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 			r.Scenario, r.Mode, r.Runs, r.Tasks,
 			withRatio(r.RunsPerSec, r.Ratios.RunsPerSec, 0),
 			withRatio(r.TasksPerSec, r.Ratios.TasksPerSec, 0),
@@ -379,6 +385,7 @@ func (rep *Report) writeResults(w io.Writer) error {
 			withRatio(r.CommitsPer, r.Ratios.Commits, 2)+perSuffix(per),
 			withRatio(r.WALBytesPer, r.Ratios.WALBytes, 0)+perSuffix(per),
 			withRatio(r.RowsWrittenPer, r.Ratios.RowsWritten, 1)+perSuffix(per),
+			fmt.Sprintf("%.0f %%", 100*r.HOTUpdateShare),
 			withRatio(r.BuffersPer, r.Ratios.Buffers, 0)+perSuffix(per),
 			withRatio(r.ServerCPUMicrosPer, r.Ratios.ServerCPU, 0)+perSuffix(per),
 			num(r.WorkerCPUMicrosPer, 0)+perSuffix(per))

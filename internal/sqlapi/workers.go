@@ -29,7 +29,7 @@ type WorkerRow struct {
 	// ListenerPID is the server process id of the session it listens in (schema v0.20.0), 0 when it does not.
 	ListenerPID  uint32
 	HeartbeatAge time.Duration // database now() - last_heartbeat_at
-	RunningTasks int64         // its step_tasks with status 'started'
+	RunningTasks int64         // its step_tasks with status 'started' (counted through the runs in progress)
 }
 
 // Status classifies the worker: "stopped" (shut down and said so), "stopping" (deprecated, finishing its tasks),
@@ -47,10 +47,22 @@ func (w WorkerRow) Status(staleAfter time.Duration) string {
 	}
 }
 
+// listWorkersSQL counts each worker's running tasks through the started runs (idx_runs_status), their started
+// step states and their tasks (primary keys): step_tasks has no index on status or last_worker_id, so that a
+// task's claim and completion stay heap-only updates (schema v0.20.0). A started task always belongs to a started
+// step state of a started run. The count costs the runs in progress, not the history.
 const listWorkersSQL = `
+with running as (
+  select t.last_worker_id as worker_id, count(*) as n
+    from pgflow.runs as r
+    join pgflow.step_states as ss on ss.run_id = r.run_id
+    join pgflow.step_tasks as t on t.run_id = ss.run_id and t.step_slug = ss.step_slug
+   where r.status = 'started' and ss.status = 'started' and t.status = 'started'
+     and ($2::uuid is null or t.last_worker_id = $2::uuid)
+   group by t.last_worker_id)
 select w.worker_id::text, w.queue_name, w.function_name, w.started_at, w.last_heartbeat_at, w.deprecated_at,
   w.stopped_at, w.listens_at, coalesce(w.listener_pid, 0), greatest(extract(epoch from (now() - w.last_heartbeat_at)), 0)::float8,
-  (select count(*) from pgflow.step_tasks as t where t.last_worker_id = w.worker_id and t.status = 'started')
+  coalesce((select n from running where running.worker_id = w.worker_id), 0)
 from pgflow.workers as w
 where ($1::float8 is null or w.last_heartbeat_at >= now() - make_interval(secs => $1::float8))
   and ($2::uuid is null or w.worker_id = $2::uuid)

@@ -64,6 +64,10 @@ func TestListWorkersAndGetWorker(t *testing.T) {
 	require.Equal(t, workerA, recent[0].WorkerID)
 	require.Equal(t, workerB, recent[1].WorkerID)
 
+	running, err := sqlapi.GetWorker(ctx, db.Pool, workerA)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, running.RunningTasks, "one worker's count, as in the list")
+
 	w, err := sqlapi.GetWorker(ctx, db.Pool, workerC)
 	require.NoError(t, err)
 	require.NotNil(t, w)

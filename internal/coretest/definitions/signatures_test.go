@@ -58,8 +58,8 @@ func TestDefinitionFunctionSignatures(t *testing.T) {
 // still searches the temporary schema first). reliability_searchpath_test.go proves the property by attacking.
 // The other settings a function may carry, together, are plan_cache_mode = force_generic_plan, enable_seqscan =
 // off, enable_hashjoin = off and enable_mergejoin = off (v0.20.0: the entry points of the start, claim and
-// completion paths, whose statements find rows by key or address only, one lookup per row; the settings hold for
-// the functions they call and the foreign-key checks they run too).
+// completion paths, and stalled-task recovery, whose statements find rows by key or address only, one lookup per
+// row; the settings hold for the functions they call and the foreign-key checks they run too).
 func TestEveryFunctionPinsSearchPath(t *testing.T) {
 	t.Parallel()
 	pool := newDB(t)
@@ -72,7 +72,7 @@ func TestEveryFunctionPinsSearchPath(t *testing.T) {
 		                                         'enable_seqscan=off', 'enable_hashjoin=off', 'enable_mergejoin=off']`)
 	require.Empty(t, unpinned)
 	require.ElementsMatch(t, []string{"complete_task", "complete_tasks", "fail_task", "read_and_start_tasks", "start_flow",
-		"start_flow_with_states", "start_flows", "start_flows_with_states", "start_tasks"}, queryVal[[]string](t, pool, `
+		"requeue_stalled_tasks", "start_flow_with_states", "start_flows", "start_flows_with_states", "start_tasks"}, queryVal[[]string](t, pool, `
 		select coalesce(array_agg(p.proname::text), '{}') from pg_proc p
 		where p.pronamespace = 'pgflow'::regnamespace and 'plan_cache_mode=force_generic_plan' = any (p.proconfig)
 		  and 'enable_seqscan=off' = any (p.proconfig) and 'enable_hashjoin=off' = any (p.proconfig)

@@ -192,3 +192,43 @@ func TestRequeueStalledTasksRacingCompletion(t *testing.T) {
 		}
 	}
 }
+
+// Stalled-task recovery finds started tasks through the runs in progress (step_tasks has no index on status or
+// started_at, so that claims and completions are heap-only updates): a history of finished runs adds nothing to
+// what it reads, also with statistics taken while the tables were empty.
+func TestRequeueStalledTasksReadsTheRunsInProgressNotTheHistory(t *testing.T) {
+	t.Parallel()
+	db := newDB(t).Pool
+	ctx := fx.Ctx(t)
+	fx.Exec(t, db, "select pgflow.create_flow('f', timeout => 10)")
+	fx.Exec(t, db, "select pgflow.add_step('f', 'only')")
+	fx.EnsureWorker(t, db, "f", fx.DefaultWorker)
+	freezeStatistics(t, db, "pgflow.runs", "pgflow.step_states", "pgflow.step_tasks")
+
+	// A history of 2,000 finished runs.
+	fx.Exec(t, db, `select pgflow.start_flows('f', array(select '{}'::jsonb from generate_series(1, 2000)))`)
+	fx.Exec(t, db, `
+		with claimed as (
+		  select * from pgflow.read_and_start_tasks('f', null, $1::uuid, 2000, 60) where claimed)
+		select count(*) from pgflow.complete_tasks(
+		  array(select run_id from claimed), array(select step_slug from claimed),
+		  array(select task_index from claimed), array(select '1'::jsonb from claimed))`, fx.DefaultWorker)
+	require.Equal(t, 2000, fx.Val[int](t, db, `select count(*)::int from pgflow.runs where status = 'completed'`))
+
+	// Three runs in progress, one of whose tasks stalled.
+	var runs []string
+	for range 3 {
+		runs = append(runs, fx.StartFlow(t, db, "f", `{}`).RunID)
+	}
+	require.Len(t, fx.ReadAndStart(t, db, "f", 30, 10), 3)
+	backdate(t, db, runs[0], "only", 41)
+
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // the transaction's counters are what is read
+	before := tuplesRead(t, tx)
+	require.Equal(t, 1, fx.Val[int](t, tx, "select pgflow.requeue_stalled_tasks()"))
+	requireReadAtMost(t, tx, before, 20, "requeue_stalled_tasks with 3 runs in progress and 2,000 finished")
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, "queued", fx.GetTask(t, db, runs[0], "only", 0).Status)
+}

@@ -61,14 +61,18 @@ comment on column pgflow.step_tasks.attempts_before_retry is
 comment on column pgflow.step_tasks.queue_name is
   'Canonical lower-case name of the PGMQ queue that holds this task''s message, copied from its step when the task was created.';
 
--- Every index here is paid for by every row version: a task is written three times (queued, started, finished) and
--- none of those updates can be HOT (status is in the partial indexes' predicates). pgflow's
--- idx_step_tasks_message_id (message_id) and idx_step_tasks_flow_run_step (flow_slug, run_id, step_slug) are left
--- out since v0.19.0, idx_step_tasks_queued (run_id, step_slug) where queued, idx_step_tasks_queued_msg
--- (message_id) where queued and idx_step_tasks_completed (run_id, step_slug) where completed since v0.20.0: lookups
--- by message id go through step_tasks_queue_name_message_id_key, lookups by run and step through step_tasks_pkey
--- (docs/pgflow-differences.md). The ones left serve what only they can: stalled and per-worker started tasks, and
--- a run's failed tasks.
-create index idx_step_tasks_failed on pgflow.step_tasks (run_id, step_slug) where status = 'failed';
-create index idx_step_tasks_started on pgflow.step_tasks (started_at) where status = 'started';
-create index idx_step_tasks_last_worker on pgflow.step_tasks (last_worker_id) where status = 'started';
+-- Two indexes only, the primary key and the queue identity key, whose columns no transition changes: the claim
+-- (queued -> started) and the completion are heap-only-tuple (HOT) updates, which write no index entry, as long as
+-- the new version fits on its page (v0.20.0). An index on status, started_at or last_worker_id - or with status in
+-- its predicate, like pgflow's partial indexes - makes every one of those updates write an entry into every index.
+-- Left out: pgflow's idx_step_tasks_message_id (message_id) and idx_step_tasks_flow_run_step (flow_slug, run_id,
+-- step_slug) since v0.19.0; idx_step_tasks_queued (run_id, step_slug) where queued, idx_step_tasks_queued_msg
+-- (message_id) where queued, idx_step_tasks_completed and idx_step_tasks_failed (run_id, step_slug) where completed
+-- or failed, idx_step_tasks_started (started_at) where started and idx_step_tasks_last_worker (last_worker_id)
+-- where started since v0.20.0. Lookups by message id go through step_tasks_queue_name_message_id_key, by run and
+-- step through step_tasks_pkey; started tasks (stalled-task recovery, a worker's running tasks) are found through
+-- their runs, which idx_runs_status finds (docs/pgflow-differences.md).
+--
+-- The fillfactor leaves room on each page for the versions the claim and the completion write: a task's row is
+-- written three times, and on a full page its next version moves to another page with new index entries.
+alter table pgflow.step_tasks set (fillfactor = 70);

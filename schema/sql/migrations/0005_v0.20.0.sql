@@ -109,6 +109,14 @@ drop index pgflow.idx_step_tasks_queued;
 drop index pgflow.idx_step_tasks_queued_msg;
 drop index pgflow.idx_step_tasks_completed;
 
+-- And the other three (see sql/core/0026_table_step_tasks.sql): with no index on status, started_at or
+-- last_worker_id, a task's claim and completion are heap-only-tuple updates where the page has room, which the
+-- fillfactor keeps for the versions written from now on (existing pages stay as full as they are).
+drop index pgflow.idx_step_tasks_failed;
+drop index pgflow.idx_step_tasks_started;
+drop index pgflow.idx_step_tasks_last_worker;
+alter table pgflow.step_tasks set (fillfactor = 70);
+
 -- Two foreign keys fewer, both implied by others (see sql/core/0024_table_step_states.sql and
 -- 0026_table_step_tasks.sql): a step state's flow is its step's flow, and a task's run is its step state's run.
 -- Each was a query and a row lock for every row inserted.
@@ -4061,24 +4069,34 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pg_temp
+-- Key lookups only, whatever the statistics say: the runs are found by idx_runs_status, their step states and
+-- tasks by primary-key prefix (the settings of the hot paths' entry points).
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
 as $$
 declare
   v_requeued integer := 0;
   v_queue    record;
   v_task     record;
 begin
+  -- No index finds started tasks (v0.20.0): one on a column a claim or a completion changes, or with status in its
+  -- predicate, would make those updates write index entries instead of heap-only tuples
+  -- (sql/core/0026_table_step_tasks.sql). A started task belongs to a started step state of a started run, and
+  -- idx_runs_status finds those: the scans below cost the runs in progress (a backlog included), not the history.
   for v_queue in
     with stalled as (
       select t.run_id, t.step_slug, t.task_index
-        from pgflow.step_tasks as t
+        from pgflow.runs as r
+        join pgflow.step_states as ss on ss.run_id = r.run_id
+        join pgflow.step_tasks as t on t.run_id = ss.run_id and t.step_slug = ss.step_slug
         join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
         join pgflow.flows as f on f.flow_slug = t.flow_slug
-        join pgflow.runs as r on r.run_id = t.run_id
-        join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
-       where t.status = 'started'
+       where r.status = 'started'
+         and t.status = 'started'
          and t.permanently_stalled_at is null
          and t.requeued_count < 3
-         and r.status = 'started'
          and ss.status = 'started'
          and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout)::bigint + 30)
          for update of t skip locked
@@ -4114,15 +4132,15 @@ begin
   for v_task in
     select t.run_id, t.step_slug, t.task_index, t.requeued_count,
            coalesce(s.opt_timeout, f.opt_timeout) as timeout_seconds
-      from pgflow.step_tasks as t
+      from pgflow.runs as r
+      join pgflow.step_states as ss on ss.run_id = r.run_id
+      join pgflow.step_tasks as t on t.run_id = ss.run_id and t.step_slug = ss.step_slug
       join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
       join pgflow.flows as f on f.flow_slug = t.flow_slug
-      join pgflow.runs as r on r.run_id = t.run_id
-      join pgflow.step_states as ss on ss.run_id = t.run_id and ss.step_slug = t.step_slug
-     where t.status = 'started'
+     where r.status = 'started'
+       and t.status = 'started'
        and t.permanently_stalled_at is null
        and t.requeued_count >= 3
-       and r.status = 'started'
        and ss.status = 'started'
        and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout)::bigint + 30)
      order by t.run_id, s.step_index, t.task_index
@@ -4167,6 +4185,8 @@ safe to run concurrently with itself and with callbacks):
     the ordinary failure path, pgflow.fail_task, as an exhausted task, so its step and run fail, or the step is
     skipped per when_exhausted (upstream pgflow left such runs 'started' forever);
   * returns the number of tasks requeued (not counting the ones given up);
+  * its cost follows the runs in progress (v0.20.0: 'started' runs found through idx_runs_status, their step
+    states and tasks by primary key), not the history of the tables;
   * any timeout the tables accept works, up to 2147483647 s: the threshold is computed in bigint, so one flow
     with an absurd timeout cannot make every call fail with "integer out of range" (v0.17.0 did).
 $doc$;
