@@ -45,10 +45,14 @@ create table pgflow.step_states (
   constraint skipped_at_is_after_created_at check (skipped_at is null or skipped_at >= created_at)
 );
 
--- pgflow's idx_step_states_run_id (run_id) is left out: step_states_pkey (run_id, step_slug) serves every lookup by
--- run, and each index costs an entry per row version (docs/pgflow-differences.md).
-create index idx_step_states_ready on pgflow.step_states (run_id, status, remaining_deps)
-  where status = 'created' and remaining_deps = 0;
-create index idx_step_states_failed on pgflow.step_states (run_id, step_slug) where status = 'failed';
-create index idx_step_states_skipped on pgflow.step_states (run_id, step_slug) where status = 'skipped';
+-- Two indexes only, the primary key and flow_slug, whose columns no transition changes: a step state's start and
+-- its completion are heap-only-tuple (HOT) updates where the page has room (v0.20.0), as a task's are (see
+-- 0026_table_step_tasks). pgflow's idx_step_states_run_id (run_id) is left out since v0.19.0, its
+-- idx_step_states_ready (run_id, status, remaining_deps) where created with no deps left, idx_step_states_failed
+-- and idx_step_states_skipped (run_id, step_slug) where failed or skipped since v0.20.0: each names status (or
+-- remaining_deps), which every transition changes, and every lookup they served is by run, which the primary key's
+-- range of the run serves (docs/pgflow-differences.md).
 create index idx_step_states_flow_slug on pgflow.step_states (flow_slug);
+
+-- Room on each page for the versions a step state's start and completion write (see 0026_table_step_tasks).
+alter table pgflow.step_states set (fillfactor = 70);

@@ -117,6 +117,13 @@ drop index pgflow.idx_step_tasks_started;
 drop index pgflow.idx_step_tasks_last_worker;
 alter table pgflow.step_tasks set (fillfactor = 70);
 
+-- The same for step states (see sql/core/0024_table_step_states.sql): the indexes that name status or
+-- remaining_deps go, and their lookups by run use the primary key's range of the run.
+drop index pgflow.idx_step_states_ready;
+drop index pgflow.idx_step_states_failed;
+drop index pgflow.idx_step_states_skipped;
+alter table pgflow.step_states set (fillfactor = 70);
+
 -- Two foreign keys fewer, both implied by others (see sql/core/0024_table_step_states.sql and
 -- 0026_table_step_tasks.sql): a step state's flow is its step's flow, and a task's run is its step state's run.
 -- Each was a query and a row lock for every row inserted.
