@@ -233,7 +233,8 @@ type delta struct {
 
 func (a counters) to(b counters) delta {
 	return delta{commits: b.commits - a.commits, walBytes: int64(b.wal - a.wal), rows: b.rows - a.rows,
-		updates: b.updates - a.updates, hot: b.hot - a.hot, buffers: b.buffers - a.buffers, fpi: b.fpi - a.fpi, cpu: b.cpu - a.cpu, selfCPU: b.self - a.self}
+		updates: b.updates - a.updates, hot: b.hot - a.hot, buffers: b.buffers - a.buffers, fpi: b.fpi - a.fpi,
+		cpu: b.cpu - a.cpu, selfCPU: b.self - a.self}
 }
 
 // flushStats makes the statistics of the monitoring pool's backends visible: they are flushed when a backend

@@ -50,7 +50,7 @@ func (w WorkerRow) Status(staleAfter time.Duration) string {
 // listWorkersSQL counts each worker's running tasks through the started runs (idx_runs_status), their started
 // step states and their tasks (primary keys): step_tasks has no index on status or last_worker_id, so that a
 // task's claim and completion stay heap-only updates (schema v0.20.0). A started task always belongs to a started
-// step state of a started run. The count costs the runs in progress, not the history (about 40 ms with 100,000
+// step state of a started run. The count costs the runs in progress, not the history (about 50 ms with 100,000
 // runs queued): once per call (MATERIALIZED, joined), not once per worker.
 const listWorkersSQL = `
 with running as materialized (
