@@ -41,3 +41,17 @@ func freezeStatistics(t *testing.T, db fx.DB, tables ...string) {
 		fx.Exec(t, db, "analyze "+table)
 	}
 }
+
+// claimAndComplete claims up to qty tasks of flow as worker with pgflow.read_and_start_tasks (queue "" is the
+// flow's own) and completes every one it claimed with pgflow.complete_tasks, in one statement; it returns how many
+// it completed.
+func claimAndComplete(t *testing.T, db fx.DB, flow, queue, worker string, qty int) int {
+	t.Helper()
+	return fx.Val[int](t, db, `
+		with claimed as (
+		  select * from pgflow.read_and_start_tasks($1, nullif($2, ''), $3::uuid, $4, 60) where claimed)
+		select count(*)::int from pgflow.complete_tasks(
+		  array(select run_id from claimed), array(select step_slug from claimed),
+		  array(select task_index from claimed), array(select '1'::jsonb from claimed),
+		  array(select attempt from claimed))`, flow, queue, worker, qty)
+}

@@ -48,15 +48,7 @@ func TestHotPathsNeverScanTheRunTablesSequentially(t *testing.T) {
 	// Claim and complete until every task of both steps is done.
 	for round := 0; ; round++ {
 		require.Less(t, round, 50, "the runs did not finish")
-		var n int
-		require.NoError(t, conn.QueryRow(ctx, `
-			with claimed as (
-			  select * from pgflow.read_and_start_tasks('scan_probe', 'scan_probe', '00000000-0000-4000-8000-0000000000c1', 300, 60)
-			   where claimed)
-			select count(*) from pgflow.complete_tasks(
-			  array(select run_id from claimed), array(select step_slug from claimed),
-			  array(select task_index from claimed), array(select '1'::jsonb from claimed),
-			  array(select attempt from claimed))`).Scan(&n))
+		n := claimAndComplete(t, conn, "scan_probe", "scan_probe", "00000000-0000-4000-8000-0000000000c1", 300)
 		if n == 0 {
 			break
 		}

@@ -207,12 +207,7 @@ func TestRequeueStalledTasksReadsTheRunsInProgressNotTheHistory(t *testing.T) {
 
 	// A history of 2,000 finished runs.
 	fx.Exec(t, db, `select pgflow.start_flows('f', array(select '{}'::jsonb from generate_series(1, 2000)))`)
-	fx.Exec(t, db, `
-		with claimed as (
-		  select * from pgflow.read_and_start_tasks('f', null, $1::uuid, 2000, 60) where claimed)
-		select count(*) from pgflow.complete_tasks(
-		  array(select run_id from claimed), array(select step_slug from claimed),
-		  array(select task_index from claimed), array(select '1'::jsonb from claimed))`, fx.DefaultWorker)
+	require.Equal(t, 2000, claimAndComplete(t, db, "f", "", fx.DefaultWorker, 2000))
 	require.Equal(t, 2000, fx.Val[int](t, db, `select count(*)::int from pgflow.runs where status = 'completed'`))
 
 	// Three runs in progress, one of whose tasks stalled.

@@ -12,29 +12,55 @@ set enable_hashjoin = off
 set enable_mergejoin = off
 as $$
 declare
-  v_requeued integer := 0;
-  v_queue    record;
-  v_task     record;
+  v_requeued   integer := 0;
+  v_queue      record;
+  v_task       record;
+  v_requeue    tid[];
+  v_gu_runs    uuid[];
+  v_gu_steps   text[];
+  v_gu_indexes integer[];
+  v_gu_counts  integer[];
+  v_gu_timeouts integer[];
 begin
   -- No index finds started tasks (v0.20.0): one on a column a claim or a completion changes, or with status in its
   -- predicate, would make those updates write index entries instead of heap-only tuples
   -- (sql/core/0026_table_step_tasks.sql). A started task belongs to a started step state of a started run, and
-  -- idx_runs_status finds those: the scans below cost the runs in progress (a backlog included), not the history.
+  -- idx_runs_status finds those: this one scan costs the runs in progress (a backlog included), not the history.
+  -- It finds both kinds of stalled task: the ones to requeue (by physical address) and the ones to give up.
+  select coalesce(array_agg(c.row_address) filter (where c.requeued_count < 3), '{}'),
+         coalesce(array_agg(c.run_id order by c.run_id, c.step_index, c.task_index) filter (where c.requeued_count >= 3), '{}'),
+         coalesce(array_agg(c.step_slug order by c.run_id, c.step_index, c.task_index) filter (where c.requeued_count >= 3), '{}'),
+         coalesce(array_agg(c.task_index order by c.run_id, c.step_index, c.task_index) filter (where c.requeued_count >= 3), '{}'),
+         coalesce(array_agg(c.requeued_count order by c.run_id, c.step_index, c.task_index) filter (where c.requeued_count >= 3), '{}'),
+         coalesce(array_agg(c.timeout_seconds order by c.run_id, c.step_index, c.task_index) filter (where c.requeued_count >= 3), '{}')
+    into v_requeue, v_gu_runs, v_gu_steps, v_gu_indexes, v_gu_counts, v_gu_timeouts
+    from (select t.ctid as row_address, t.run_id, t.step_slug, t.task_index, t.requeued_count, s.step_index,
+                 coalesce(s.opt_timeout, f.opt_timeout) as timeout_seconds
+            from pgflow.runs as r
+            join pgflow.step_states as ss on ss.run_id = r.run_id
+            join pgflow.step_tasks as t on t.run_id = ss.run_id and t.step_slug = ss.step_slug
+            join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
+            join pgflow.flows as f on f.flow_slug = t.flow_slug
+           where r.status = 'started'
+             and ss.status = 'started'
+             and t.status = 'started'
+             and t.permanently_stalled_at is null
+             and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout)::bigint + 30)
+         ) as c;
+
   for v_queue in
+    -- Locked by address and re-checked (FOR UPDATE SKIP LOCKED): a task changed since the scan (completed, failed,
+    -- released) has a new address and is left alone, as is one another transaction holds; a later call sees it.
     with stalled as (
-      select t.run_id, t.step_slug, t.task_index
-        from pgflow.runs as r
-        join pgflow.step_states as ss on ss.run_id = r.run_id
-        join pgflow.step_tasks as t on t.run_id = ss.run_id and t.step_slug = ss.step_slug
-        join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-        join pgflow.flows as f on f.flow_slug = t.flow_slug
-       where r.status = 'started'
-         and t.status = 'started'
-         and t.permanently_stalled_at is null
-         and t.requeued_count < 3
-         and ss.status = 'started'
-         and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout)::bigint + 30)
-         for update of t skip locked
+      select l.row_address
+        from unnest(v_requeue) as k (row_address)
+        cross join lateral (
+          select t.ctid as row_address
+            from pgflow.step_tasks as t
+           where t.ctid = k.row_address
+             and t.status = 'started'
+             and t.permanently_stalled_at is null
+             for update of t skip locked) as l
     ),
     requeued as (
       update pgflow.step_tasks as t
@@ -43,11 +69,7 @@ begin
              last_worker_id = null,
              requeued_count = t.requeued_count + 1,
              last_requeued_at = now()
-        from stalled as st
-       where t.run_id = st.run_id
-         and t.step_slug = st.step_slug
-         and t.task_index = st.task_index
-         and t.status = 'started'
+       where t.ctid = any (array(select st.row_address from stalled as st))
       returning t.queue_name, t.message_id
     )
     select rq.queue_name,
@@ -65,20 +87,9 @@ begin
   end loop;
 
   for v_task in
-    select t.run_id, t.step_slug, t.task_index, t.requeued_count,
-           coalesce(s.opt_timeout, f.opt_timeout) as timeout_seconds
-      from pgflow.runs as r
-      join pgflow.step_states as ss on ss.run_id = r.run_id
-      join pgflow.step_tasks as t on t.run_id = ss.run_id and t.step_slug = ss.step_slug
-      join pgflow.steps as s on s.flow_slug = t.flow_slug and s.step_slug = t.step_slug
-      join pgflow.flows as f on f.flow_slug = t.flow_slug
-     where r.status = 'started'
-       and t.status = 'started'
-       and t.permanently_stalled_at is null
-       and t.requeued_count >= 3
-       and ss.status = 'started'
-       and t.started_at < now() - make_interval(secs => coalesce(s.opt_timeout, f.opt_timeout)::bigint + 30)
-     order by t.run_id, s.step_index, t.task_index
+    select g.run_id, g.step_slug, g.task_index, g.requeued_count, g.timeout_seconds
+      from unnest(v_gu_runs, v_gu_steps, v_gu_indexes, v_gu_counts, v_gu_timeouts)
+             as g (run_id, step_slug, task_index, requeued_count, timeout_seconds)
   loop
     -- Lock the run first, like complete_task and fail_task, then re-check: a callback may have won meanwhile.
     perform 1 from pgflow.runs as r where r.run_id = v_task.run_id for update;
