@@ -80,7 +80,7 @@ func NewClient(pool *pgxpool.Pool, cfg *ClientConfig) (*Client, error) {
 		c.pollInterval = time.Second
 	}
 	c.read = c.getRun
-	c.starts = coalesce.New(c.startBatch, maxCoalescedStarts)
+	c.starts = coalesce.New(c.startBatch, maxCoalescedStarts, maxCoalescedStartsInFlight)
 	return c, nil
 }
 
@@ -295,6 +295,11 @@ func (c *Client) startOnce(ctx context.Context, db sqlapi.DBTX, tx pgx.Tx, flowS
 
 // maxCoalescedStarts bounds the runs one coalesced start_flows call starts.
 const maxCoalescedStarts = 100
+
+// maxCoalescedStartsInFlight bounds the coalesced start calls of one flow at once. The second starts only while a
+// full batch of maxCoalescedStarts waits: one call at a time capped a flow's starts at about 7,000 runs/s on two
+// cores, below what the engine works (docs/performance-rounds.md, twenty-fourth round).
+const maxCoalescedStartsInFlight = 2
 
 // startBatch starts the runs of concurrent StartRun calls of one flow in one start_flows_with_states call (one
 // transaction):

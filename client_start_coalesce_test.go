@@ -112,6 +112,41 @@ func TestClientCoalescesConcurrentStarts(t *testing.T) {
 	require.Equal(t, n, tasks, "each run's first step has its task")
 }
 
+// When a full batch of starts waits behind the start in flight, a second call of the flow starts beside it (both
+// wait for the flow lock here); further calls wait for one of them, and every call gets its run.
+func TestClientStartsAFullBatchBesideTheOneInFlight(t *testing.T) {
+	t.Parallel()
+	db, c, ctx, release, first := startInFlight(t, "chain", `{"n": 0}`)
+	full := make([]string, maxCoalescedStarts)
+	for i := range full {
+		full[i] = fmt.Sprintf(`{"n": %d}`, i+1)
+	}
+	second := startConcurrently(ctx, c, "chain", full...)
+	waitBlockedOnFlowLock(t, db, 2)
+	third := startConcurrently(ctx, c, "chain", `{"n": -1}`, `{"n": -2}`)
+	waitFor(t, "the next calls wait: two starts are in flight", func() bool { return c.starts.Waiting("chain") == 2 })
+	waitBlockedOnFlowLock(t, db, 2)
+	release()
+
+	ids := make([]string, 0, maxCoalescedStarts+3)
+	collect := func(results <-chan startResult, n int) {
+		for range n {
+			r := <-results
+			require.NoError(t, r.err, r.input)
+			require.JSONEq(t, r.input, string(r.run.Input))
+			ids = append(ids, r.run.ID)
+		}
+	}
+	collect(first, 1)
+	collect(second, maxCoalescedStarts)
+	collect(third, 2)
+	var runs, transactions int
+	require.NoError(t, db.Pool.QueryRow(ctx, `select count(*), count(distinct xmin::text) from pgflow.runs where run_id = any ($1::uuid[])`,
+		ids).Scan(&runs, &transactions))
+	require.Equal(t, maxCoalescedStarts+3, runs, "one run per call")
+	require.Equal(t, 3, transactions, "the lone first start, the full batch beside it, then the two that waited")
+}
+
 // When a coalesced start is refused (here one input is not the array a root map needs), nothing of it is kept and
 // every call starts alone: the bad input gets its own error, the others their runs, none twice.
 func TestClientCoalescedStartRefusedStartsEachAlone(t *testing.T) {

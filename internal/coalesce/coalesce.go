@@ -6,6 +6,11 @@
 // next batch (up to a maximum size). Under load this turns many small transactions into few larger ones without a
 // timer: the batch size follows the arrival rate and the duration of a batch.
 //
+// One batch at a time caps a key's rate at the maximum size over a batch's duration. When a full batch waits,
+// another batch of the key starts beside the ones in flight (up to a maximum number in flight), and such an extra
+// batch runner stops as soon as what waits no longer fills a batch: below the cap nothing changes, at it the
+// queue of waiting calls stops growing while the machine has room.
+//
 // It knows nothing of the database: the batch function does the work.
 package coalesce
 
@@ -23,8 +28,9 @@ type BatchFunc[In, Out any] func(ctx context.Context, key string, ins []In) (out
 
 // Group coalesces the calls of Do by key. Its zero value is not usable: use New. It is safe for concurrent use.
 type Group[In, Out any] struct {
-	run      BatchFunc[In, Out]
-	maxBatch int
+	run         BatchFunc[In, Out]
+	maxBatch    int
+	maxInFlight int
 
 	mu   sync.Mutex
 	keys map[string]*queue[In, Out] // keys with a batch in flight or calls waiting
@@ -32,6 +38,7 @@ type Group[In, Out any] struct {
 
 type queue[In, Out any] struct {
 	waiting []*call[In, Out]
+	runners int // goroutines running this key's batches (each at most one batch at a time)
 }
 
 type call[In, Out any] struct {
@@ -46,9 +53,11 @@ type result[Out any] struct {
 	err error
 }
 
-// New returns a Group that runs batches with run, at most maxBatch calls each (at least 1).
-func New[In, Out any](run BatchFunc[In, Out], maxBatch int) *Group[In, Out] {
-	return &Group[In, Out]{run: run, maxBatch: max(1, maxBatch), keys: map[string]*queue[In, Out]{}}
+// New returns a Group that runs batches with run, at most maxBatch calls each and at most maxInFlight batches of
+// one key at once (each at least 1; the second and later only while a full batch waits).
+func New[In, Out any](run BatchFunc[In, Out], maxBatch, maxInFlight int) *Group[In, Out] {
+	return &Group[In, Out]{run: run, maxBatch: max(1, maxBatch), maxInFlight: max(1, maxInFlight),
+		keys: map[string]*queue[In, Out]{}}
 }
 
 // Do runs in as part of a batch of calls with the same key and returns its result. When ctx ends before a batch
@@ -62,9 +71,12 @@ func (g *Group[In, Out]) Do(ctx context.Context, key string, in In) (Out, error)
 	if q == nil {
 		q = &queue[In, Out]{}
 		g.keys[key] = q
-		go g.drain(key, q)
 	}
 	q.waiting = append(q.waiting, c)
+	if q.runners == 0 || (len(q.waiting) >= g.maxBatch && q.runners < g.maxInFlight) {
+		q.runners++
+		go g.drain(key, q)
+	}
 	g.mu.Unlock()
 
 	select {
@@ -96,12 +108,16 @@ func (g *Group[In, Out]) Waiting(key string) int {
 	return 0
 }
 
-// drain runs the batches of key until no call waits; then the key is forgotten (the next call starts anew).
+// drain runs batches of key until no call waits, or, when other runners of the key are left, until what waits no
+// longer fills a batch; the last runner to stop forgets the key (the next call starts anew).
 func (g *Group[In, Out]) drain(key string, q *queue[In, Out]) {
 	for {
 		g.mu.Lock()
-		if len(q.waiting) == 0 {
-			delete(g.keys, key)
+		if len(q.waiting) == 0 || (q.runners > 1 && len(q.waiting) < g.maxBatch) {
+			q.runners--
+			if q.runners == 0 {
+				delete(g.keys, key)
+			}
 			g.mu.Unlock()
 			return
 		}

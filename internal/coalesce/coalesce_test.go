@@ -51,7 +51,7 @@ func waitUntil(t *testing.T, cond func() bool) {
 // wait for each other; every call gets its own result.
 func TestCallsWaitingForABatchRunTogether(t *testing.T) {
 	g := newGate()
-	grp := New(g.run, 3)
+	grp := New(g.run, 3, 1)
 	ctx := context.Background()
 	results := make(chan string, 10)
 	do := func(key string, in int) {
@@ -91,7 +91,7 @@ func TestCallsWaitingForABatchRunTogether(t *testing.T) {
 // every call of its batch.
 func TestBatchContextEndsWhenNoCallWaits(t *testing.T) {
 	g := newGate()
-	grp := New(g.run, 10)
+	grp := New(g.run, 10, 1)
 	blocker := make(chan error, 1)
 	go func() {
 		_, err := grp.Do(context.Background(), "k", 0)
@@ -133,9 +133,76 @@ func TestBatchErrorsReachEveryCall(t *testing.T) {
 			return nil, boom
 		}
 		return ins[:0], nil
-	}, 5)
+	}, 5, 1)
 	_, err := grp.Do(context.Background(), "k", -1)
 	require.ErrorIs(t, err, boom)
 	_, err = grp.Do(context.Background(), "k", 1)
 	require.EqualError(t, err, "coalesce: the batch function returned 0 results for 1 calls")
+}
+
+// A full batch waiting while a batch is in flight starts beside it (up to the maximum in flight); a partial one
+// waits. The extra runner stops once what waits no longer fills a batch, and the last runner forgets the key.
+func TestAFullBatchStartsBesideTheOneInFlight(t *testing.T) {
+	g := newGate()
+	grp := New(g.run, 2, 2)
+	ctx := context.Background()
+	results := make(chan string, 10)
+	do := func(in int) {
+		go func() {
+			out, err := grp.Do(ctx, "k", in)
+			if err != nil {
+				out = err.Error()
+			}
+			results <- out
+		}()
+	}
+	do(0)
+	<-g.entered // [0] in flight
+	do(1)
+	waitUntil(t, func() bool { return grp.Waiting("k") == 1 })
+	require.Equal(t, 1, runners(grp, "k"), "a partial batch waits for the one in flight")
+	do(2)
+	select { // [1 2] is full: it starts beside [0]
+	case <-g.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a full batch did not start beside the one in flight")
+	}
+	for i := 3; i <= 5; i++ {
+		do(i)
+	}
+	waitUntil(t, func() bool { return grp.Waiting("k") == 3 })
+	require.Equal(t, 2, runners(grp, "k"), "two in flight: the third batch waits although full")
+	close(g.proceed)
+	got := map[string]bool{}
+	for range 6 {
+		got[<-results] = true
+	}
+	require.Len(t, got, 6)
+	for i := range 6 {
+		require.True(t, got[fmt.Sprintf("k:%d", i)], "call %d got its own result", i)
+	}
+	waitUntil(t, func() bool {
+		grp.mu.Lock()
+		defer grp.mu.Unlock()
+		return len(grp.keys) == 0
+	})
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	require.Equal(t, []int{0}, g.batches[0])
+	require.Equal(t, []int{1, 2}, g.batches[1])
+	var rest []int
+	for _, b := range g.batches[2:] {
+		require.LessOrEqual(t, len(b), 2)
+		rest = append(rest, b...)
+	}
+	require.ElementsMatch(t, []int{3, 4, 5}, rest, "the waiting calls go in later batches of at most two")
+}
+
+func runners[In, Out any](g *Group[In, Out], key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if q := g.keys[key]; q != nil {
+		return q.runners
+	}
+	return 0
 }
