@@ -169,8 +169,8 @@ func encodeStart[I any](flow *Flow[I], runID string, input I) (json.RawMessage, 
 // Concurrent calls of one flow without a transaction and without StartOpts.RunID share a transaction when they
 // meet: calls that arrive while a start of the flow is in flight go together as the next
 // pgflow.start_flows_with_states call of up to 100 runs, and a second call starts beside the first when a full
-// batch waits (group commit; a call that finds none in flight goes at once). Each still gets its own run, outcome and error:
-// a batch the database refuses is rolled back and its calls start one by one. See docs/client.md.
+// batch waits (group commit; a call that finds none in flight goes at once). Each still gets its own run, outcome
+// and error: a batch the database refuses is rolled back and its calls start one by one. See docs/client.md.
 func (c *Client) StartRunJSON(ctx context.Context, flowSlug string, input json.RawMessage, opts *StartOpts) (*Run, error) {
 	return c.start(ctx, c.pool, nil, flowSlug, input, opts.runID())
 }
