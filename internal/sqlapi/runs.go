@@ -387,6 +387,9 @@ func GetRunWithStates(ctx context.Context, db DBTX, runID string) (*RunWithState
 }
 
 func decodeRunWithStates(raw []byte) (*RunWithStates, error) {
+	if r, ok := readRunDoc(raw); ok {
+		return r, nil
+	}
 	var r RunWithStates
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return nil, fmt.Errorf("decode run with states: %w", err)
