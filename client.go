@@ -80,7 +80,10 @@ func NewClient(pool *pgxpool.Pool, cfg *ClientConfig) (*Client, error) {
 		c.pollInterval = time.Second
 	}
 	c.read = c.getRun
-	c.starts = coalesce.New(c.startBatch, maxCoalescedStarts, maxCoalescedStartsInFlight)
+	c.starts = coalesce.New(c.startBatch, coalesce.Limits[json.RawMessage]{
+		MaxBatch: maxCoalescedStarts, MaxInFlight: maxCoalescedStartsInFlight,
+		Weight: func(in json.RawMessage) int { return len(in) }, MaxWeight: maxCoalescedStartBytes,
+	})
 	return c, nil
 }
 
@@ -168,9 +171,10 @@ func encodeStart[I any](flow *Flow[I], runID string, input I) (json.RawMessage, 
 //
 // Concurrent calls of one flow without a transaction and without StartOpts.RunID share a transaction when they
 // meet: calls that arrive while a start of the flow is in flight go together as the next
-// pgflow.start_flows_with_states call of up to 200 runs, and a second call starts beside the first when a full
-// batch waits (group commit; a call that finds none in flight goes at once). Each still gets its own run, outcome
-// and error: a batch the database refuses is rolled back and its calls start one by one. See docs/client.md.
+// pgflow.start_flows_with_states call of up to 200 runs and 4 MiB of inputs, and a second call starts beside the
+// first when a full batch waits (group commit; a call that finds none in flight goes at once). Each still gets
+// its own run, outcome and error: a batch the database refuses is rolled back and its calls start one by one. See
+// docs/client.md.
 func (c *Client) StartRunJSON(ctx context.Context, flowSlug string, input json.RawMessage, opts *StartOpts) (*Run, error) {
 	return c.start(ctx, c.pool, nil, flowSlug, input, opts.runID())
 }
@@ -301,6 +305,11 @@ const maxCoalescedStarts = 200
 // full batch of maxCoalescedStarts waits: one call of 100 at a time capped a flow's starts at 7,000-8,800 runs/s on
 // two cores, below what the engine works (docs/performance-rounds.md, twenty-fourth round).
 const maxCoalescedStartsInFlight = 2
+
+// maxCoalescedStartBytes bounds the inputs of one coalesced start call: large inputs go in smaller calls (an input
+// larger than this alone), so that a call, and the run documents it returns with the inputs in them, stays a few
+// MiB however large the inputs are.
+const maxCoalescedStartBytes = 4 << 20
 
 // startBatch starts the runs of concurrent StartRun calls of one flow in one start_flows_with_states call (one
 // transaction):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -28,13 +29,16 @@ func holdFlowLock(t *testing.T, db *pgtest.DB, flow string) (release func()) {
 	return release
 }
 
-// waitBlockedOnFlowLock waits until n backends wait for the flow lock held by holdFlowLock.
+// waitBlockedOnFlowLock waits until n backends wait for the flow lock held by holdFlowLock (in this test's
+// database: pg_locks shows the whole cluster's, and tests run in parallel).
 func waitBlockedOnFlowLock(t *testing.T, db *pgtest.DB, n int) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("%d start(s) wait for the flow lock", n), func() bool {
 		var waiting int
 		require.NoError(t, db.Pool.QueryRow(clCtx(t),
-			`select count(*) from pg_locks where locktype = 'advisory' and not granted`).Scan(&waiting))
+			`select count(*) from pg_locks
+			  where locktype = 'advisory' and not granted
+			    and database = (select oid from pg_database where datname = current_database())`).Scan(&waiting))
 		return waiting == n
 	})
 }
@@ -145,6 +149,33 @@ func TestClientStartsAFullBatchBesideTheOneInFlight(t *testing.T) {
 		ids).Scan(&runs, &transactions))
 	require.Equal(t, maxCoalescedStarts+3, runs, "one run per call")
 	require.Equal(t, 3, transactions, "the lone first start, the full batch beside it, then the two that waited")
+}
+
+// Large inputs go in smaller calls: three inputs of 1.5 MiB behind the start in flight weigh more than a call's
+// 4 MiB, so two of them start beside it and the third waits for its own call.
+func TestClientCoalescedStartsStayWithinTheirBytes(t *testing.T) {
+	t.Parallel()
+	db, c, ctx, release, first := startInFlight(t, "chain", `{"n": 0}`)
+	large := func(n int) string { return fmt.Sprintf(`{"n": %d, "pad": "%s"}`, n, strings.Repeat("x", 3<<19)) }
+	second := startConcurrently(ctx, c, "chain", large(1), large(2))
+	waitFor(t, "two large starts wait", func() bool { return c.starts.Waiting("chain") == 2 })
+	waitBlockedOnFlowLock(t, db, 1) // 3 MiB waiting: no second call yet
+	third := startConcurrently(ctx, c, "chain", large(3))
+	waitBlockedOnFlowLock(t, db, 2) // 4.5 MiB: a call of the first two starts beside the one in flight
+	waitFor(t, "the third large start waits for a call of its own", func() bool { return c.starts.Waiting("chain") == 1 })
+	release()
+
+	ids := make([]string, 0, 4)
+	for _, results := range []<-chan startResult{first, second, second, third} {
+		r := <-results
+		require.NoError(t, r.err)
+		ids = append(ids, r.run.ID)
+	}
+	var runs, transactions int
+	require.NoError(t, db.Pool.QueryRow(ctx, `select count(*), count(distinct xmin::text) from pgflow.runs where run_id = any ($1::uuid[])`,
+		ids).Scan(&runs, &transactions))
+	require.Equal(t, 4, runs)
+	require.Equal(t, 3, transactions, "the first alone, the first two large ones together, the third alone")
 }
 
 // When a coalesced start is refused (here one input is not the array a root map needs), nothing of it is kept and

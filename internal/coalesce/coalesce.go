@@ -3,10 +3,11 @@
 //
 // The first call of a key starts a batch at once, so a call that finds no other in flight waits for nothing.
 // Calls that arrive while a batch of their key is in flight wait for it to finish and then go together, as the
-// next batch (up to a maximum size). Under load this turns many small transactions into few larger ones without a
-// timer: the batch size follows the arrival rate and the duration of a batch.
+// next batch (up to a maximum number of calls and, when calls have weights, a maximum total weight). Under load
+// this turns many small transactions into few larger ones without a timer: the batch size follows the arrival
+// rate and the duration of a batch.
 //
-// One batch at a time caps a key's rate at the maximum size over a batch's duration. When a full batch waits,
+// One batch at a time caps a key's rate at the batch's size over its duration. When a full batch waits,
 // another batch of the key starts beside the ones in flight (up to a maximum number in flight), and such an extra
 // batch runner stops as soon as what waits no longer fills a batch: below the cap nothing changes, at it the
 // queue of waiting calls stops growing while the machine has room.
@@ -26,11 +27,23 @@ import (
 // of the batch has stopped waiting (its own context ended); it carries the values of the batch's first call.
 type BatchFunc[In, Out any] func(ctx context.Context, key string, ins []In) (out []Out, err error)
 
+// Limits bound the batches of a Group.
+type Limits[In any] struct {
+	// MaxBatch is the most calls in one batch (at least 1).
+	MaxBatch int
+	// MaxInFlight is the most batches of one key at once (at least 1); the second and later start only while a
+	// full batch waits.
+	MaxInFlight int
+	// Weight, when not nil, weighs a call (say, the size of its input), and a batch's calls weigh at most
+	// MaxWeight together: a call heavier than that goes alone. Nil or a MaxWeight of 0: no bound on weight.
+	Weight    func(In) int
+	MaxWeight int
+}
+
 // Group coalesces the calls of Do by key. Its zero value is not usable: use New. It is safe for concurrent use.
 type Group[In, Out any] struct {
-	run         BatchFunc[In, Out]
-	maxBatch    int
-	maxInFlight int
+	run    BatchFunc[In, Out]
+	limits Limits[In]
 
 	mu   sync.Mutex
 	keys map[string]*queue[In, Out] // keys with a batch in flight or calls waiting
@@ -38,14 +51,16 @@ type Group[In, Out any] struct {
 
 type queue[In, Out any] struct {
 	waiting []*call[In, Out]
+	weight  int // of the waiting calls
 	runners int // goroutines running this key's batches (each at most one batch at a time)
 }
 
 type call[In, Out any] struct {
-	ctx   context.Context
-	in    In
-	done  chan result[Out] // buffered: the batch never blocks on a caller that stopped waiting
-	taken bool             // a batch took it (guarded by Group.mu)
+	ctx    context.Context
+	in     In
+	weight int
+	done   chan result[Out] // buffered: the batch never blocks on a caller that stopped waiting
+	taken  bool             // a batch took it (guarded by Group.mu)
 }
 
 type result[Out any] struct {
@@ -53,11 +68,19 @@ type result[Out any] struct {
 	err error
 }
 
-// New returns a Group that runs batches with run, at most maxBatch calls each and at most maxInFlight batches of
-// one key at once (each at least 1; the second and later only while a full batch waits).
-func New[In, Out any](run BatchFunc[In, Out], maxBatch, maxInFlight int) *Group[In, Out] {
-	return &Group[In, Out]{run: run, maxBatch: max(1, maxBatch), maxInFlight: max(1, maxInFlight),
-		keys: map[string]*queue[In, Out]{}}
+// New returns a Group that runs batches with run, within limits.
+func New[In, Out any](run BatchFunc[In, Out], limits Limits[In]) *Group[In, Out] {
+	limits.MaxBatch = max(1, limits.MaxBatch)
+	limits.MaxInFlight = max(1, limits.MaxInFlight)
+	if limits.Weight == nil || limits.MaxWeight <= 0 {
+		limits.Weight, limits.MaxWeight = nil, 0
+	}
+	return &Group[In, Out]{run: run, limits: limits, keys: map[string]*queue[In, Out]{}}
+}
+
+// full reports whether the calls waiting on q fill a batch (called with g.mu held).
+func (g *Group[In, Out]) full(q *queue[In, Out]) bool {
+	return len(q.waiting) >= g.limits.MaxBatch || g.limits.MaxWeight > 0 && q.weight >= g.limits.MaxWeight
 }
 
 // Do runs in as part of a batch of calls with the same key and returns its result. When ctx ends before a batch
@@ -66,6 +89,9 @@ func New[In, Out any](run BatchFunc[In, Out], maxBatch, maxInFlight int) *Group[
 // unknown to the caller (as for any call whose context ends while the database works on it).
 func (g *Group[In, Out]) Do(ctx context.Context, key string, in In) (Out, error) {
 	c := &call[In, Out]{ctx: ctx, in: in, done: make(chan result[Out], 1)}
+	if g.limits.Weight != nil {
+		c.weight = g.limits.Weight(in)
+	}
 	g.mu.Lock()
 	q := g.keys[key]
 	if q == nil {
@@ -73,7 +99,8 @@ func (g *Group[In, Out]) Do(ctx context.Context, key string, in In) (Out, error)
 		g.keys[key] = q
 	}
 	q.waiting = append(q.waiting, c)
-	if q.runners == 0 || (len(q.waiting) >= g.maxBatch && q.runners < g.maxInFlight) {
+	q.weight += c.weight
+	if q.runners == 0 || (g.full(q) && q.runners < g.limits.MaxInFlight) {
 		q.runners++
 		go g.drain(key, q)
 	}
@@ -88,6 +115,7 @@ func (g *Group[In, Out]) Do(ctx context.Context, key string, in In) (Out, error)
 			for i, w := range q.waiting {
 				if w == c {
 					q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
+					q.weight -= c.weight
 					break
 				}
 			}
@@ -113,7 +141,7 @@ func (g *Group[In, Out]) Waiting(key string) int {
 func (g *Group[In, Out]) drain(key string, q *queue[In, Out]) {
 	for {
 		g.mu.Lock()
-		if len(q.waiting) == 0 || (q.runners > 1 && len(q.waiting) < g.maxBatch) {
+		if len(q.waiting) == 0 || (q.runners > 1 && !g.full(q)) {
 			q.runners--
 			if q.runners == 0 {
 				delete(g.keys, key)
@@ -121,10 +149,18 @@ func (g *Group[In, Out]) drain(key string, q *queue[In, Out]) {
 			g.mu.Unlock()
 			return
 		}
-		n := min(len(q.waiting), g.maxBatch)
+		n, weight := 0, 0
+		for n < len(q.waiting) && n < g.limits.MaxBatch {
+			w := q.waiting[n].weight
+			if n > 0 && g.limits.MaxWeight > 0 && weight+w > g.limits.MaxWeight {
+				break
+			}
+			n, weight = n+1, weight+w
+		}
 		batch := make([]*call[In, Out], n)
 		copy(batch, q.waiting)
 		q.waiting = append(q.waiting[:0], q.waiting[n:]...)
+		q.weight -= weight
 		for _, c := range batch {
 			c.taken = true
 		}

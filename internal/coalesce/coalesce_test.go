@@ -51,7 +51,7 @@ func waitUntil(t *testing.T, cond func() bool) {
 // wait for each other; every call gets its own result.
 func TestCallsWaitingForABatchRunTogether(t *testing.T) {
 	g := newGate()
-	grp := New(g.run, 3, 1)
+	grp := New(g.run, Limits[int]{MaxBatch: 3})
 	ctx := context.Background()
 	results := make(chan string, 10)
 	do := func(key string, in int) {
@@ -91,7 +91,7 @@ func TestCallsWaitingForABatchRunTogether(t *testing.T) {
 // every call of its batch.
 func TestBatchContextEndsWhenNoCallWaits(t *testing.T) {
 	g := newGate()
-	grp := New(g.run, 10, 1)
+	grp := New(g.run, Limits[int]{MaxBatch: 10})
 	blocker := make(chan error, 1)
 	go func() {
 		_, err := grp.Do(context.Background(), "k", 0)
@@ -133,7 +133,7 @@ func TestBatchErrorsReachEveryCall(t *testing.T) {
 			return nil, boom
 		}
 		return ins[:0], nil
-	}, 5, 1)
+	}, Limits[int]{MaxBatch: 5})
 	_, err := grp.Do(context.Background(), "k", -1)
 	require.ErrorIs(t, err, boom)
 	_, err = grp.Do(context.Background(), "k", 1)
@@ -144,7 +144,7 @@ func TestBatchErrorsReachEveryCall(t *testing.T) {
 // waits. The extra runner stops once what waits no longer fills a batch, and the last runner forgets the key.
 func TestAFullBatchStartsBesideTheOneInFlight(t *testing.T) {
 	g := newGate()
-	grp := New(g.run, 2, 2)
+	grp := New(g.run, Limits[int]{MaxBatch: 2, MaxInFlight: 2})
 	ctx := context.Background()
 	results := make(chan string, 10)
 	do := func(in int) {
@@ -205,4 +205,55 @@ func runners[In, Out any](g *Group[In, Out], key string) int {
 		return q.runners
 	}
 	return 0
+}
+
+// With weights, a batch takes waiting calls in order while their total stays within MaxWeight, and a call heavier
+// than that goes alone; a waiting weight that fills a batch starts a second batch beside the one in flight.
+func TestBatchesStayWithinTheirWeight(t *testing.T) {
+	g := newGate()
+	grp := New(g.run, Limits[int]{MaxBatch: 10, MaxInFlight: 2, Weight: func(in int) int { return in }, MaxWeight: 10})
+	ctx := context.Background()
+	results := make(chan string, 10)
+	do := func(in int) {
+		go func() {
+			out, err := grp.Do(ctx, "k", in)
+			if err != nil {
+				out = err.Error()
+			}
+			results <- out
+		}()
+	}
+	entered := func(what string) {
+		select {
+		case <-g.entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal(what)
+		}
+	}
+	do(1)
+	entered("the first call did not start at once") // [1] in flight
+	do(4)
+	waitUntil(t, func() bool { return grp.Waiting("k") == 1 })
+	do(4)
+	waitUntil(t, func() bool { return grp.Waiting("k") == 2 })
+	require.Equal(t, 1, runners(grp, "k"), "8 of 10: the waiting calls do not fill a batch")
+	do(4) // 12: a full batch waits and starts beside [1], as [4 4] (a third 4 would weigh 12)
+	entered("a batch full by weight did not start beside the one in flight")
+	waitUntil(t, func() bool { return grp.Waiting("k") == 1 })
+	require.Equal(t, 2, runners(grp, "k"))
+	do(20) // heavier than a batch: it goes alone
+	waitUntil(t, func() bool { return grp.Waiting("k") == 2 })
+	do(1)
+	waitUntil(t, func() bool { return grp.Waiting("k") == 3 })
+	close(g.proceed)
+	for range 6 {
+		<-results
+	}
+	waitUntil(t, func() bool { return runners(grp, "k") == 0 })
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	require.Len(t, g.batches, 5)
+	require.Equal(t, [][]int{{1}, {4, 4}}, g.batches[:2])
+	// The two runners take the rest at once, so their batches may be recorded in either order.
+	require.ElementsMatch(t, [][]int{{4}, {20}, {1}}, g.batches[2:], "[4], then 20 alone (4 + 20 > 10), then [1]")
 }
