@@ -145,17 +145,8 @@ func TestBatchErrorsReachEveryCall(t *testing.T) {
 func TestAFullBatchStartsBesideTheOneInFlight(t *testing.T) {
 	g := newGate()
 	grp := New(g.run, Limits[int]{MaxBatch: 2, MaxInFlight: 2})
-	ctx := context.Background()
 	results := make(chan string, 10)
-	do := func(in int) {
-		go func() {
-			out, err := grp.Do(ctx, "k", in)
-			if err != nil {
-				out = err.Error()
-			}
-			results <- out
-		}()
-	}
+	do := caller(grp, "k", results)
 	do(0)
 	<-g.entered // [0] in flight
 	do(1)
@@ -212,17 +203,8 @@ func runners[In, Out any](g *Group[In, Out], key string) int {
 func TestBatchesStayWithinTheirWeight(t *testing.T) {
 	g := newGate()
 	grp := New(g.run, Limits[int]{MaxBatch: 10, MaxInFlight: 2, Weight: func(in int) int { return in }, MaxWeight: 10})
-	ctx := context.Background()
 	results := make(chan string, 10)
-	do := func(in int) {
-		go func() {
-			out, err := grp.Do(ctx, "k", in)
-			if err != nil {
-				out = err.Error()
-			}
-			results <- out
-		}()
-	}
+	do := caller(grp, "k", results)
 	entered := func(what string) {
 		select {
 		case <-g.entered:
@@ -256,4 +238,18 @@ func TestBatchesStayWithinTheirWeight(t *testing.T) {
 	require.Equal(t, [][]int{{1}, {4, 4}}, g.batches[:2])
 	// The two runners take the rest at once, so their batches may be recorded in either order.
 	require.ElementsMatch(t, [][]int{{4}, {20}, {1}}, g.batches[2:], "[4], then 20 alone (4 + 20 > 10), then [1]")
+}
+
+// caller returns a function that calls grp.Do(key, in) in a goroutine of its own and sends its result (or error
+// text) to results.
+func caller(grp *Group[int, string], key string, results chan<- string) func(in int) {
+	return func(in int) {
+		go func() {
+			out, err := grp.Do(context.Background(), key, in)
+			if err != nil {
+				out = err.Error()
+			}
+			results <- out
+		}()
+	}
 }

@@ -100,16 +100,7 @@ func TestRunDocReadsWhatTheDatabaseRenders(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	for _, q := range []string{
-		`select pgflow.create_flow('chain')`,
-		`select pgflow.add_step('chain', 'first')`,
-		`select pgflow.add_step('chain', 'second', array['first'])`,
-		`select pgflow.create_flow('rootmap')`,
-		`select pgflow.add_step('rootmap', 'each', step_type => 'map')`,
-	} {
-		_, err := db.Pool.Exec(ctx, q)
-		require.NoError(t, err, q)
-	}
+	ClientFlows(t, db.Pool)
 	start := func(flow, input string) string {
 		r, err := StartFlowWithStates(ctx, db.Pool, flow, json.RawMessage(input), "")
 		require.NoError(t, err)

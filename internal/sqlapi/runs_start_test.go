@@ -15,17 +15,7 @@ import (
 // clientFlows defines "chain" (first -> second) and "rootmap" (a map over the run input).
 func clientFlows(t *testing.T, pool *pgxpool.Pool) {
 	t.Helper()
-	ctx := context.Background()
-	for _, q := range []string{
-		`select pgflow.create_flow('chain')`,
-		`select pgflow.add_step('chain', 'first')`,
-		`select pgflow.add_step('chain', 'second', array['first'])`,
-		`select pgflow.create_flow('rootmap')`,
-		`select pgflow.add_step('rootmap', 'each', step_type => 'map')`,
-	} {
-		_, err := pool.Exec(ctx, q)
-		require.NoError(t, err, q)
-	}
+	sqlapi.ClientFlows(t, pool)
 }
 
 func TestStartFlowWithStatesAndGetRunWithStates(t *testing.T) {
