@@ -42,7 +42,8 @@ type Client struct {
 	// read reads a run with its step states; WaitRun and Subscribe read through it.
 	read func(ctx context.Context, id string) (*Run, error)
 	// starts coalesces concurrent StartRun calls of one flow (no transaction, no run id) into
-	// start_flows_with_states calls (at most two in flight); startsOff is set once the role turned out not to be allowed to call it.
+	// start_flows_with_states calls (at most two in flight); startsOff is set once the role turned out not to be
+	// allowed to call it.
 	starts    *coalesce.Group[json.RawMessage, *sqlapi.RunWithStates]
 	startsOff atomic.Bool
 }

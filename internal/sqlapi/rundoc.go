@@ -180,59 +180,52 @@ func (d *docReader) more(closing byte) bool {
 
 // key reads a member's key and its colon. Keys with escapes are not column names: they fail the document.
 func (d *docReader) key() []byte {
-	d.expect('"')
-	start := d.i
-	for d.ok && d.i < len(d.b) && d.b[d.i] != '"' {
-		if d.b[d.i] == '\\' || d.b[d.i] < 0x20 {
-			d.ok = false
-		}
-		d.i++
-	}
-	if !d.ok || d.i >= len(d.b) {
+	text, escaped := d.quoted()
+	d.expect(':')
+	if !d.ok || escaped {
 		d.ok = false
 		return nil
 	}
-	key := d.b[start:d.i]
-	d.i++
-	d.expect(':')
-	return key
+	return text[1 : len(text)-1]
 }
 
-// stringEnd returns the index just past the string that starts at d.i (an opening quote) and whether it has
-// escapes; ok turns false if it does not end.
-func (d *docReader) stringEnd() (end int, escaped bool) {
+// quoted consumes the string that comes next and returns its text with the quotes, and whether it has escapes;
+// ok turns false if no string comes next or it does not end.
+func (d *docReader) quoted() (text []byte, escaped bool) {
+	d.ws()
+	if !d.ok || d.i >= len(d.b) || d.b[d.i] != '"' {
+		d.ok = false
+		return nil, false
+	}
 	for j := d.i + 1; j < len(d.b); j++ {
 		switch c := d.b[j]; {
 		case c == '"':
-			return j + 1, escaped
+			text, d.i = d.b[d.i:j+1], j+1
+			return text, escaped
 		case c == '\\':
 			escaped = true
 			j++
 		case c < 0x20:
 			d.ok = false
-			return 0, false
+			return nil, false
 		}
 	}
 	d.ok = false
-	return 0, false
+	return nil, false
 }
 
 // str reads a string into dst; null leaves dst as it is (as encoding/json does).
 func (d *docReader) str(dst *string) {
-	if d.null() || !d.ok {
+	if d.null() {
 		return
 	}
-	if d.i >= len(d.b) || d.b[d.i] != '"' {
-		d.ok = false
-		return
-	}
-	end, escaped := d.stringEnd()
+	text, escaped := d.quoted()
 	if !d.ok {
 		return
 	}
-	switch body := d.b[d.i+1 : end-1]; {
+	switch body := text[1 : len(text)-1]; {
 	case escaped:
-		if json.Unmarshal(d.b[d.i:end], dst) != nil {
+		if json.Unmarshal(text, dst) != nil {
 			d.ok = false
 		}
 	case utf8.Valid(body):
@@ -240,7 +233,6 @@ func (d *docReader) str(dst *string) {
 	default: // encoding/json replaces invalid bytes with U+FFFD: leave that to it
 		d.ok = false
 	}
-	d.i = end
 }
 
 func (d *docReader) strPtr() *string {
@@ -294,21 +286,12 @@ func (d *docReader) intPtr() *int {
 
 // time reads an RFC 3339 timestamp into dst, as time.Time's UnmarshalJSON does; null leaves dst as it is.
 func (d *docReader) time(dst *time.Time) {
-	if d.null() || !d.ok {
+	if d.null() {
 		return
 	}
-	if d.i >= len(d.b) || d.b[d.i] != '"' {
-		d.ok = false
-		return
-	}
-	end, _ := d.stringEnd()
-	if !d.ok {
-		return
-	}
-	if err := dst.UnmarshalJSON(d.b[d.i:end]); err != nil {
+	if text, _ := d.quoted(); d.ok && dst.UnmarshalJSON(text) != nil {
 		d.ok = false
 	}
-	d.i = end
 }
 
 func (d *docReader) timePtr() *time.Time {
@@ -343,41 +326,16 @@ func (d *docReader) skip(depth int) {
 	}
 	switch c := d.b[d.i]; {
 	case c == '"':
-		end, _ := d.stringEnd()
-		d.i = end
+		d.quoted()
 	case c == '{':
-		d.i++
-		if d.next('}') {
-			return
-		}
-		for d.ok {
-			d.ws()
-			if d.i >= len(d.b) || d.b[d.i] != '"' {
-				d.ok = false
-				return
-			}
-			end, _ := d.stringEnd()
-			d.i = end
+		for more := d.open('{'); more; more = d.more('}') {
+			d.quoted() // any key, escaped or not
 			d.expect(':')
 			d.skip(depth + 1)
-			if d.next(',') {
-				continue
-			}
-			d.expect('}')
-			return
 		}
 	case c == '[':
-		d.i++
-		if d.next(']') {
-			return
-		}
-		for d.ok {
+		for more := d.open('['); more; more = d.more(']') {
 			d.skip(depth + 1)
-			if d.next(',') {
-				continue
-			}
-			d.expect(']')
-			return
 		}
 	case c == 't' || c == 'f' || c == 'n':
 		for _, lit := range []string{"true", "false", "null"} {
