@@ -56,6 +56,9 @@ func TestDefinitionFunctionSignatures(t *testing.T) {
 // explicitly last), so it behaves the same under any caller's search_path and a caller's temporary objects never
 // shadow the names it uses (hard project rule; pgflow leaves a few functions unpinned, and an empty search_path
 // still searches the temporary schema first). reliability_searchpath_test.go proves the property by attacking.
+// Every one also runs with JIT compilation off (v0.20.0): its statements are short, and a generic plan whose
+// estimate grows with the tables (an index keeps its pages after a prune) would otherwise compile on every call
+// (sqlapi's TestEngineStatementsNeverJITCompile proves it by watching the plans).
 // The other settings a function may carry, together, are plan_cache_mode = force_generic_plan, enable_seqscan =
 // off, enable_hashjoin = off and enable_mergejoin = off (v0.20.0: the entry points of the start, claim and
 // completion paths, and stalled-task recovery, whose statements find rows by key or address only, one lookup per
@@ -67,8 +70,8 @@ func TestEveryFunctionPinsSearchPath(t *testing.T) {
 		select coalesce(array_agg(p.oid::regprocedure::text order by p.oid::regprocedure::text), '{}')
 		from pg_proc p
 		where p.pronamespace = 'pgflow'::regnamespace
-		  and p.proconfig is distinct from array['search_path=pg_catalog, pg_temp']
-		  and p.proconfig is distinct from array['search_path=pg_catalog, pg_temp', 'plan_cache_mode=force_generic_plan',
+		  and p.proconfig is distinct from array['search_path=pg_catalog, pg_temp', 'jit=off']
+		  and p.proconfig is distinct from array['search_path=pg_catalog, pg_temp', 'jit=off', 'plan_cache_mode=force_generic_plan',
 		                                         'enable_seqscan=off', 'enable_hashjoin=off', 'enable_mergejoin=off']`)
 	require.Empty(t, unpinned)
 	require.ElementsMatch(t, []string{"complete_task", "complete_tasks", "fail_task", "read_and_start_tasks", "start_flow",

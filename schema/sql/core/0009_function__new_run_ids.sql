@@ -4,6 +4,7 @@ language plpgsql
 volatile
 parallel safe
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- PL/pgSQL rather than SQL: PostgreSQL 15 plans the body of an SQL function that it cannot inline (this one pins
 -- its search_path) on every call; PL/pgSQL keeps the plan for the session.
 as $$

@@ -4,6 +4,7 @@ language sql
 volatile
 parallel safe
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
   select (pgflow._new_run_ids(1))[1]
 $$;

@@ -3,6 +3,7 @@ returns boolean
 language plpgsql
 immutable
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 begin
   if slug is null or slug = '' then

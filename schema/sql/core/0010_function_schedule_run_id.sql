@@ -5,6 +5,7 @@ immutable
 strict
 parallel safe
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
   -- Version 5 layout (name-based, SHA-based): the first 16 bytes of a SHA-256, with the version nibble set to 5
   -- and the variant bits to 10. The tick is rendered in UTC with microseconds, so the session's TimeZone never

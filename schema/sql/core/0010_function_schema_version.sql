@@ -4,6 +4,7 @@ language sql
 immutable
 parallel safe
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
   select '0.20.0'::text
 $$;

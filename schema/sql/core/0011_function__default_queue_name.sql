@@ -4,6 +4,7 @@ language sql
 immutable
 parallel safe
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
   select lower(flow_slug);
 $$;

@@ -4,6 +4,7 @@ language sql
 immutable
 parallel safe
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
   select case
     when length(lower(flow_slug) || '__' || lower(step_slug)) <= 47 then lower(flow_slug) || '__' || lower(step_slug)

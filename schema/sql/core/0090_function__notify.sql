@@ -3,6 +3,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 begin
   if coalesce(cardinality(_notify.channels), 0) = 0 then

@@ -3,6 +3,7 @@ returns regprocedure
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_fn      regprocedure := pg_catalog.to_regprocedure('realtime.send(jsonb,text,text,boolean)');

@@ -3,6 +3,7 @@ returns table (row_address tid, message_id bigint, vt_offset integer, delete_mes
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_rows tid[];

@@ -4,6 +4,7 @@ returns table (flow_slug text, run_id uuid, step_slug text, input jsonb, message
 language plpgsql
 stable
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 begin
   return query

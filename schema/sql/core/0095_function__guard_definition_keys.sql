@@ -15,6 +15,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_flow        text;

@@ -5,6 +5,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 begin
   perform 1 from pgflow.flows as f where f.flow_slug = _lock_flow_for_start.flow_slug for key share;

@@ -3,6 +3,7 @@ returns table (old_msg_id bigint, msg_id bigint, vt timestamptz)
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_found bigint[];

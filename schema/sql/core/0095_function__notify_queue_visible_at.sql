@@ -3,6 +3,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 begin
   if _notify_queue_visible_at.queue_name is null or _notify_queue_visible_at.visible_at is null then

@@ -3,6 +3,7 @@ returns integer
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_flow_slug text;

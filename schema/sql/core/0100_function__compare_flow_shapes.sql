@@ -3,6 +3,7 @@ returns text[]
 language plpgsql
 stable
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_local_steps jsonb := coalesce(p_local -> 'steps', '[]'::jsonb);

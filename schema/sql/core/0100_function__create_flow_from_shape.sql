@@ -4,6 +4,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_options jsonb := coalesce(p_shape -> 'options', '{}'::jsonb);

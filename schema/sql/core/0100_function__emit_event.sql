@@ -3,6 +3,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_topic    text := 'pgflow:run:' || _emit_event.run_id::text;

@@ -3,6 +3,7 @@ returns jsonb
 language sql
 stable
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
   select jsonb_build_object(
     'steps',

@@ -10,6 +10,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_n     integer := coalesce(cardinality(_send_step_tasks.run_ids), 0);

@@ -16,6 +16,7 @@ returns pgflow.steps
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_deps          text[];

@@ -4,6 +4,7 @@ language plpgsql
 volatile
 security invoker
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_run pgflow.runs;

@@ -9,6 +9,7 @@ returns setof pgflow.step_tasks
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- Every statement here finds its rows by key or by address: one plan per session instead of one per call, and
 -- never a sequential scan, also in the foreign-key checks its writes run, whose plans PostgreSQL caches too (a
 -- plan made while a table was empty would scan it whole on every check as it grows: docs/performance.md).

@@ -9,6 +9,7 @@ returns table (task_position integer, task_status text, outcome text)
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- Generic plans: every statement finds its rows by key or by address, so one plan fits every batch, and a call
 -- with a handful of tasks (a lone result) does not pay for planning each of its statements again (PL/pgSQL keeps
 -- re-planning when a generic plan looks dearer than a small custom one: about 2.5 ms of CPU per call measured).

@@ -10,6 +10,7 @@ returns pgflow.flows
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_flow   pgflow.flows;

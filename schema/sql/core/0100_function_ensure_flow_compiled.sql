@@ -9,6 +9,7 @@ returns jsonb
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_differences text[];

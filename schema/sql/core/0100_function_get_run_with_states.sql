@@ -4,6 +4,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- PL/pgSQL rather than SQL (v0.20.0): PostgreSQL 15 plans the body of an SQL function that it cannot inline (this
 -- one is SECURITY DEFINER and pins its search_path) on every call; PL/pgSQL keeps the plan for the session. Every
 -- start of the Go client reads its run through this function: about a tenth of a lone start's CPU.

@@ -4,6 +4,7 @@ language sql
 stable
 parallel safe
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
   select coalesce(current_setting('pgflow.environment', true), '') = 'local'
       or coalesce(current_setting('app.settings.jwt_secret', true), '')

@@ -3,6 +3,7 @@ returns void
 language sql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
   update pgflow.workers as w
   set stopped_at = c.ts,

@@ -9,6 +9,7 @@ returns setof pgflow.step_task_record
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 begin
   raise notice 'pgflow.poll_for_tasks is deprecated and returns no tasks (queue %): update the worker; it must read with pgmq.read_with_poll and claim with pgflow.start_tasks',

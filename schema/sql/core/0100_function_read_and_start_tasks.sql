@@ -9,6 +9,7 @@ returns setof pgflow.read_task_record
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- Generic plans: every statement finds its rows by key or by address, so one plan fits every batch (as in
 -- complete_tasks).
 -- Every statement here finds its rows by key or by address: one plan per session instead of one per call, and

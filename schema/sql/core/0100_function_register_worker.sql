@@ -3,6 +3,7 @@ returns pgflow.workers
 language sql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
   insert into pgflow.workers as w (worker_id, queue_name, function_name, started_at, last_heartbeat_at)
   values (

@@ -8,6 +8,7 @@ returns table (task_position integer, released boolean)
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_n        integer := coalesce(cardinality(release_tasks.run_ids), 0);

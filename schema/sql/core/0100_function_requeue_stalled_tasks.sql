@@ -4,6 +4,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- Key lookups only, whatever the statistics say: the runs are found by idx_runs_status, their step states and
 -- tasks by primary-key prefix (the settings of the hot paths' entry points).
 set plan_cache_mode = force_generic_plan

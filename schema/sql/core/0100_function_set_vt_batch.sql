@@ -10,6 +10,7 @@ returns table (
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 begin
   if set_vt_batch.msg_ids is null or set_vt_batch.vt_offsets is null

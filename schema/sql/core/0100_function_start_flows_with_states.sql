@@ -4,6 +4,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- As start_flow_with_states: one plan per session, never a sequential scan (docs/performance.md).
 set plan_cache_mode = force_generic_plan
 set enable_seqscan = off

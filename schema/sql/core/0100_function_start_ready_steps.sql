@@ -3,6 +3,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_run_status text;

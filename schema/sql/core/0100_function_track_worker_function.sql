@@ -3,6 +3,7 @@ returns void
 language sql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
   insert into pgflow.worker_functions as wf (function_name, updated_at)
   values (track_worker_function.function_name, clock_timestamp())

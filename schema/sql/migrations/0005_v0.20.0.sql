@@ -177,6 +177,7 @@ returns boolean
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_deprecated boolean;
@@ -277,6 +278,7 @@ returns pgflow.workers
 language sql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
   insert into pgflow.workers as w (worker_id, queue_name, function_name, started_at, last_heartbeat_at)
   values (
@@ -407,6 +409,7 @@ language plpgsql
 volatile
 parallel safe
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- PL/pgSQL rather than SQL: PostgreSQL 15 plans the body of an SQL function that it cannot inline (this one pins
 -- its search_path) on every call; PL/pgSQL keeps the plan for the session.
 as $$
@@ -441,6 +444,7 @@ language sql
 volatile
 parallel safe
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
   select (pgflow._new_run_ids(1))[1]
 $$;
@@ -501,6 +505,7 @@ language sql
 immutable
 parallel safe
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
   select '0.20.0'::text
 $$;
@@ -521,6 +526,7 @@ immutable
 strict
 parallel safe
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
   -- Version 5 layout (name-based, SHA-based): the first 16 bytes of a SHA-256, with the version nibble set to 5
   -- and the variant bits to 10. The tick is rendered in UTC with microseconds, so the session's TimeZone never
@@ -556,6 +562,7 @@ language sql
 immutable
 parallel safe
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
   select case
     when length(lower(flow_slug) || '__' || lower(step_slug)) <= 47 then lower(flow_slug) || '__' || lower(step_slug)
@@ -581,6 +588,7 @@ returns void
 language plpgsql
 immutable
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_rule text;
@@ -624,6 +632,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 begin
   if coalesce(cardinality(_notify.channels), 0) = 0 then
@@ -669,6 +678,7 @@ returns regprocedure
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_fn      regprocedure := pg_catalog.to_regprocedure('realtime.send(jsonb,text,text,boolean)');
@@ -717,6 +727,7 @@ returns void
 language plpgsql
 immutable
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_step  jsonb;
@@ -829,6 +840,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 begin
   perform 1 from pgflow.flows as f where f.flow_slug = _lock_flow_for_start.flow_slug for key share;
@@ -872,6 +884,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_flow        text;
@@ -982,6 +995,7 @@ returns integer
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_events  jsonb[];
@@ -1091,6 +1105,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 begin
   if _notify_queue_visible_at.queue_name is null or _notify_queue_visible_at.visible_at is null then
@@ -1123,6 +1138,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_worker uuid;
@@ -1194,6 +1210,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_options jsonb := coalesce(p_shape -> 'options', '{}'::jsonb);
@@ -1255,6 +1272,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_topic    text := 'pgflow:run:' || _emit_event.run_id::text;
@@ -1309,6 +1327,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_channels  text[];
@@ -1393,6 +1412,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_event_types text[];
@@ -1448,6 +1468,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_n     integer := coalesce(cardinality(_send_step_tasks.run_ids), 0);
@@ -1563,6 +1584,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_runs   uuid[];
@@ -1686,6 +1708,7 @@ returns pgflow.steps
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_deps          text[];
@@ -1865,6 +1888,7 @@ language plpgsql
 volatile
 security invoker
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_run pgflow.runs;
@@ -1932,6 +1956,7 @@ returns boolean
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_run        record;
@@ -2150,6 +2175,7 @@ returns pgflow.flows
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_flow   pgflow.flows;
@@ -2270,6 +2296,7 @@ returns setof pgflow.step_tasks
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- Every statement here finds its rows by key or by address: one plan per session instead of one per call, and
 -- never a sequential scan, also in the foreign-key checks its writes run, whose plans PostgreSQL caches too (a
 -- plan made while a table was empty would scan it whole on every check as it grows: docs/performance.md).
@@ -2555,6 +2582,7 @@ returns table (task_position integer, task_status text, outcome text)
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- Generic plans: every statement finds its rows by key or by address, so one plan fits every batch, and a call
 -- with a handful of tasks (a lone result) does not pay for planning each of its statements again (PL/pgSQL keeps
 -- re-planning when a generic plan looks dearer than a small custom one: about 2.5 ms of CPU per call measured).
@@ -3108,6 +3136,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_queue  record;
@@ -3194,6 +3223,7 @@ returns jsonb
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_differences text[];
@@ -3294,6 +3324,7 @@ returns setof pgflow.step_tasks
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- Every statement here finds its rows by key or by address: one plan per session instead of one per call, and
 -- never a sequential scan, also in the foreign-key checks its writes run, whose plans PostgreSQL caches too (a
 -- plan made while a table was empty would scan it whole on every check as it grows: docs/performance.md).
@@ -3597,6 +3628,7 @@ language plpgsql
 volatile
 security invoker
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_flow_slug text;
@@ -3872,6 +3904,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_run_status text;
@@ -3978,6 +4011,7 @@ returns table (old_msg_id bigint, msg_id bigint, vt timestamptz)
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_found bigint[];
@@ -4076,6 +4110,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- Key lookups only, whatever the statistics say: the runs are found by idx_runs_status, their step states and
 -- tasks by primary-key prefix (the settings of the hot paths' entry points).
 set plan_cache_mode = force_generic_plan
@@ -4221,6 +4256,7 @@ returns table (task_position integer, released boolean)
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_n        integer := coalesce(cardinality(release_tasks.run_ids), 0);
@@ -4333,6 +4369,7 @@ returns table (row_address tid, message_id bigint, vt_offset integer, delete_mes
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_rows tid[];
@@ -4427,6 +4464,7 @@ returns table (flow_slug text, run_id uuid, step_slug text, input jsonb, message
 language plpgsql
 stable
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 begin
   return query
@@ -4529,6 +4567,7 @@ returns setof pgflow.step_task_record
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- Every statement here finds its rows by key or by address: one plan per session instead of one per call, and
 -- never a sequential scan, also in the foreign-key checks its writes run, whose plans PostgreSQL caches too (a
 -- plan made while a table was empty would scan it whole on every check as it grows: docs/performance.md).
@@ -4620,6 +4659,7 @@ returns setof pgflow.read_task_record
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- Generic plans: every statement finds its rows by key or by address, so one plan fits every batch (as in
 -- complete_tasks).
 -- Every statement here finds its rows by key or by address: one plan per session instead of one per call, and
@@ -4781,6 +4821,7 @@ language plpgsql
 volatile
 security invoker
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_sched  pgflow.schedules;
@@ -4860,6 +4901,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_row pgflow.schedules;
@@ -4897,6 +4939,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_row pgflow.schedules;
@@ -4947,6 +4990,7 @@ language plpgsql
 volatile
 security invoker
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_old    pgflow.schedules;
@@ -5071,6 +5115,7 @@ returns setof pgflow.runs
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- Every statement here finds its rows by key or by address: one plan per session instead of one per call, and
 -- never a sequential scan, also in the foreign-key checks its writes run, whose plans PostgreSQL caches too (a
 -- plan made while a table was empty would scan it whole on every check as it grows: docs/performance.md).
@@ -5198,6 +5243,7 @@ returns setof pgflow.runs
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- Every statement here finds its rows by key or by address: one plan per session instead of one per call, and
 -- never a sequential scan, also in the foreign-key checks its writes run, whose plans PostgreSQL caches too (a
 -- plan made while a table was empty would scan it whole on every check as it grows: docs/performance.md).
@@ -5410,6 +5456,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- Every statement here finds its rows by key or by address: one plan per session instead of one per call, and
 -- never a sequential scan, also in the foreign-key checks its writes run, whose plans PostgreSQL caches too (a
 -- plan made while a table was empty would scan it whole on every check as it grows: docs/performance.md).
@@ -5450,6 +5497,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- PL/pgSQL rather than SQL (v0.20.0): PostgreSQL 15 plans the body of an SQL function that it cannot inline (this
 -- one is SECURITY DEFINER and pins its search_path) on every call; PL/pgSQL keeps the plan for the session. Every
 -- start of the Go client reads its run through this function: about a tenth of a lone start's CPU.
@@ -5490,6 +5538,7 @@ language plpgsql
 volatile
 security definer
 set search_path = pg_catalog, pg_temp
+set jit = off
 -- As start_flow_with_states: one plan per session, never a sequential scan (docs/performance.md).
 set plan_cache_mode = force_generic_plan
 set enable_seqscan = off
@@ -5549,6 +5598,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_events jsonb[];
@@ -5603,6 +5653,7 @@ returns void
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_run pgflow.runs;
@@ -5652,6 +5703,7 @@ returns integer
 language plpgsql
 volatile
 set search_path = pg_catalog, pg_temp
+set jit = off
 as $$
 declare
   v_flow_slug  text;
@@ -5803,6 +5855,28 @@ begin
   end loop;
 end;
 $search_path$;
+
+-- Every pgflow function runs with JIT compilation off. A generic plan's estimated cost grows with the tables'
+-- and indexes' sizes (after a prune an index keeps its pages but few entries, and each lookup looks dear), and
+-- past jit_above_cost every call compiled its statements: about 30 ms for a claim that otherwise takes one
+-- (docs/performance.md, "JIT compilation").
+do $jit$
+declare
+  v_fn record;
+begin
+  for v_fn in
+    select p.oid::regprocedure::text as name
+      from pg_catalog.pg_proc as p
+     where p.pronamespace = 'pgflow'::regnamespace
+       and p.prokind in ('f', 'p')
+       and not exists (select 1 from pg_catalog.pg_depend as d
+                        where d.classid = 'pg_catalog.pg_proc'::regclass and d.objid = p.oid and d.deptype = 'e')
+     order by 1
+  loop
+    execute format('alter routine %s set jit = off', v_fn.name);
+  end loop;
+end;
+$jit$;
 
 -- Every function carries its guarantees as its comment (v0.20.0), so they are part of the schema.
 -- generated from sql/core: comments
