@@ -273,3 +273,55 @@ func BenchmarkCompleteTaskAlone(b *testing.B) {
 	}
 	report(b, pool, before, b.N)
 }
+
+// BenchmarkCallsBySize is one run's path through the engine's three calls, n runs per call (n = 1, 16, 100): the
+// coalesced start (its notifications sent after the commit, as below 16 runs), the listening worker's read and
+// claim, and the completion. One op is one round of the three; each call's time per call is reported apart. What
+// is left when n grows is each call's fixed cost, which a run alone pays in full and which sets how long the
+// latency scenario's stages last (docs/performance.md, "What a call costs by its size").
+func BenchmarkCallsBySize(b *testing.B) {
+	for _, n := range []int{1, 16, 100} {
+		b.Run(fmt.Sprintf("runs=%d", n), func(b *testing.B) {
+			pool := benchDB(b)
+			ctx := context.Background()
+			inputs := make([]json.RawMessage, n)
+			for i := range inputs {
+				inputs[i] = json.RawMessage(`{}`)
+			}
+			var start, claim, complete time.Duration
+			for range b.N {
+				t0 := time.Now()
+				_, notes, err := sqlapi.StartFlowsWithStatesDeferred(ctx, pool, benchFlow, inputs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := notes.Send(ctx, pool); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				claimed, _, _, err := sqlapi.ReadAndStartTasks(ctx, pool, benchFlow, benchFlow, benchWorker, n, 30)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(claimed) != n {
+					b.Fatalf("claimed %d tasks, want %d", len(claimed), n)
+				}
+				t2 := time.Now()
+				results := make([]sqlapi.TaskResult, n)
+				for j, t := range claimed {
+					results[j] = sqlapi.TaskResult{RunID: t.RunID, StepSlug: t.StepSlug, TaskIndex: t.TaskIndex,
+						Output: json.RawMessage(`{"ok":true}`), Attempt: t.Attempt}
+				}
+				if _, err := sqlapi.CompleteTasks(ctx, pool, results); err != nil {
+					b.Fatal(err)
+				}
+				t3 := time.Now()
+				start, claim, complete = start+t1.Sub(t0), claim+t2.Sub(t1), complete+t3.Sub(t2)
+			}
+			perCall := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(b.N) }
+			b.ReportMetric(perCall(start), "start-µs/call")
+			b.ReportMetric(perCall(claim), "claim-µs/call")
+			b.ReportMetric(perCall(complete), "complete-µs/call")
+		})
+	}
+}
