@@ -53,7 +53,7 @@ Modes: burn-down starts --runs runs, then works them; continuous keeps a backlog
 measures the window after the warm-up. Two modes measure something else instead of the scenarios:
   growth     cost per run started and per task claimed and completed at each --growth-sizes number of completed
              runs in the tables (pre-loaded), with --backlog runs queued; then pgflow.prune_data_older_than on
-             that history (on a throwaway cluster, or with --prune)
+             that history and the same costs on the pruned tables (on a throwaway cluster, or with --prune)
   scale-out  --scale-workers worker processes (this binary, one pgflow.Worker each) against one database:
              throughput, connections per process, idle statements and reads per notification
 See docs/performance.md for the method.`,

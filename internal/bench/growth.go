@@ -100,6 +100,9 @@ type Growth struct {
 	// Prune is pgflow.prune_data_older_than on the loaded history (empty when not measured).
 	Prune     []PruneResult `json:"prune,omitempty"`
 	PruneNote string        `json:"prune_note,omitempty"`
+	// AfterPrune is a point measured right after pruning, on the pruned and vacuumed tables (nil when pruning is
+	// not measured): what starting and working cost once the history is gone and the indexes keep its pages.
+	AfterPrune *GrowthPoint `json:"after_prune,omitempty"`
 	// Reuse is measured after pruning (nil when pruning is not measured).
 	Reuse *Reuse `json:"reuse,omitempty"`
 }
@@ -128,7 +131,8 @@ func (f *finishedTasks) TaskFinished(context.Context, pgflow.TaskFinishedEvent) 
 // runGrowth measures start, claim and complete at each size of cfg.GrowthSizes: completed history is
 // pre-loaded set-based up to the size, the backlog is topped up to cfg.Backlog queued runs with real starts, the
 // tables are vacuumed and analyzed, then cfg.Runs runs are started (measured per run) and cfg.Runs tasks are
-// worked off the backlog by the workers (measured per task).
+// worked off the backlog by the workers (measured per task). When pruning is measured, the same is measured once
+// more on the pruned tables (Growth.AfterPrune).
 func (e *env) runGrowth(ctx context.Context, cfg Config, progress func(Progress)) (*Growth, error) {
 	bf, err := flowFor(growthScenario, cfg.DeleteMessages)
 	if err != nil {
@@ -157,47 +161,9 @@ func (e *env) runGrowth(ctx context.Context, cfg Config, progress func(Progress)
 			}
 			pt.PreloadRuns, pt.PreloadSeconds = need, time.Since(t0).Seconds()
 		}
-		queued, err := e.countRuns(ctx, bf.slug, "started")
-		if err != nil {
+		if err := e.measurePoint(ctx, cfg, bf, queue, &pt, progress); err != nil {
 			return nil, err
 		}
-		if need := int64(cfg.Backlog) - queued; need > 0 {
-			t0 := time.Now()
-			if err := startRuns(ctx, e.mon, bf, int(need), cfg.StartBatch, 2, func(done int) {
-				progress(Progress{Phase: "backlog", Done: queued + int64(done), Total: int64(cfg.Backlog), Unit: "runs"})
-			}); err != nil {
-				return nil, err
-			}
-			pt.BacklogSeconds = time.Since(t0).Seconds()
-		}
-		t0 := time.Now()
-		if _, err := e.mon.Exec(ctx, `vacuum (analyze) pgflow.runs, pgflow.step_states, pgflow.step_tasks, pgflow.workers, `+
-			queueTables(queue)); err != nil {
-			return nil, fmt.Errorf("vacuum the pgflow and queue tables: %w", err)
-		}
-		pt.VacuumSeconds = time.Since(t0).Seconds()
-		if pt.HistoryRuns, err = e.countRuns(ctx, bf.slug, "completed"); err != nil {
-			return nil, err
-		}
-		if pt.QueuedRuns, err = e.countRuns(ctx, bf.slug, "started"); err != nil {
-			return nil, err
-		}
-		if pt.TableBytes, err = e.tableBytes(ctx, queue); err != nil {
-			return nil, err
-		}
-		if pt.Baseline, err = e.runBaseline(ctx, cfg.BaselineDuration, nil); err != nil {
-			return nil, err
-		}
-		_, err = e.mon.Exec(ctx, `checkpoint`)
-		pt.Checkpointed = err == nil
-		timer := newStatementTimer()
-		if err := e.growthStart(ctx, cfg, bf, &pt, timer, progress); err != nil {
-			return nil, err
-		}
-		if err := e.growthWork(ctx, cfg, bf, &pt, timer, progress); err != nil {
-			return nil, err
-		}
-		pt.Statements = timer.times()
 		g.Points = append(g.Points, pt)
 	}
 	if e.cluster == nil && !cfg.Prune {
@@ -212,12 +178,67 @@ func (e *env) runGrowth(ctx context.Context, cfg Config, progress func(Progress)
 	if err != nil {
 		return nil, err
 	}
-	g.Reuse, err = e.measureReuse(ctx, bf.slug, queue, before, g.Prune, progress)
-	return g, err
+	if g.Reuse, err = e.vacuumAfterPrune(ctx, queue, before, g.Prune); err != nil {
+		return nil, err
+	}
+	g.AfterPrune = &GrowthPoint{}
+	if err := e.measurePoint(ctx, cfg, bf, queue, g.AfterPrune, progress); err != nil {
+		return nil, err
+	}
+	return g, e.reload(ctx, bf.slug, queue, g.Reuse, progress)
+}
+
+// measurePoint measures one point on the tables as they are: it tops the backlog up to cfg.Backlog queued runs
+// with real starts, vacuums and analyzes the tables, measures the adjacent baseline, checkpoints, then starts
+// cfg.Runs runs (measured per run) and lets the workers work cfg.Runs tasks off the backlog (measured per task).
+func (e *env) measurePoint(ctx context.Context, cfg Config, bf *benchFlow, queue string, pt *GrowthPoint, progress func(Progress)) error {
+	queued, err := e.countRuns(ctx, bf.slug, "started")
+	if err != nil {
+		return err
+	}
+	if need := int64(cfg.Backlog) - queued; need > 0 {
+		t0 := time.Now()
+		if err := startRuns(ctx, e.mon, bf, int(need), cfg.StartBatch, 2, func(done int) {
+			progress(Progress{Phase: "backlog", Done: queued + int64(done), Total: int64(cfg.Backlog), Unit: "runs"})
+		}); err != nil {
+			return err
+		}
+		pt.BacklogSeconds = time.Since(t0).Seconds()
+	}
+	t0 := time.Now()
+	if _, err := e.mon.Exec(ctx, `vacuum (analyze) pgflow.runs, pgflow.step_states, pgflow.step_tasks, pgflow.workers, `+
+		queueTables(queue)); err != nil {
+		return fmt.Errorf("vacuum the pgflow and queue tables: %w", err)
+	}
+	pt.VacuumSeconds = time.Since(t0).Seconds()
+	if pt.HistoryRuns, err = e.countRuns(ctx, bf.slug, "completed"); err != nil {
+		return err
+	}
+	if pt.QueuedRuns, err = e.countRuns(ctx, bf.slug, "started"); err != nil {
+		return err
+	}
+	if pt.TableBytes, err = e.tableBytes(ctx, queue); err != nil {
+		return err
+	}
+	if pt.Baseline, err = e.runBaseline(ctx, cfg.BaselineDuration, nil); err != nil {
+		return err
+	}
+	_, err = e.mon.Exec(ctx, `checkpoint`)
+	pt.Checkpointed = err == nil
+	timer := newStatementTimer()
+	if err := e.growthStart(ctx, cfg, bf, pt, timer, progress); err != nil {
+		return err
+	}
+	if err := e.growthWork(ctx, cfg, bf, pt, timer, progress); err != nil {
+		return err
+	}
+	pt.Statements = timer.times()
+	return nil
 }
 
 // Reuse shows whether pruned space is used again: the tables' size before pruning, after pruning and a plain
-// VACUUM, and after pre-loading as many history runs as were pruned.
+// VACUUM, and after pre-loading as many history runs as were pruned (the runs of the point measured after pruning,
+// Growth.AfterPrune, are in the tables by then too).
 type Reuse struct {
 	BytesBeforePrune int64   `json:"bytes_before_prune"`
 	BytesAfterVacuum int64   `json:"bytes_after_prune_and_vacuum"`
@@ -226,7 +247,9 @@ type Reuse struct {
 	VacuumSeconds    float64 `json:"vacuum_seconds"`
 }
 
-func (e *env) measureReuse(ctx context.Context, slug, queue string, before int64, pruned []PruneResult, progress func(Progress)) (*Reuse, error) {
+// vacuumAfterPrune vacuums the tables after pruning and measures their size; the pruned runs are loaded again
+// by reload.
+func (e *env) vacuumAfterPrune(ctx context.Context, queue string, before int64, pruned []PruneResult) (*Reuse, error) {
 	r := &Reuse{BytesBeforePrune: before}
 	for _, p := range pruned {
 		r.ReloadedRuns += p.RunsPruned
@@ -240,15 +263,19 @@ func (e *env) measureReuse(ctx context.Context, slug, queue string, before int64
 	if r.BytesAfterVacuum, err = e.tableBytes(ctx, queue); err != nil {
 		return nil, err
 	}
+	return r, nil
+}
+
+// reload pre-loads as many history runs as were pruned and measures the tables' size again.
+func (e *env) reload(ctx context.Context, slug, queue string, r *Reuse, progress func(Progress)) error {
 	if err := e.preloadHistory(ctx, slug, queue, r.ReloadedRuns, func(done int64) {
 		progress(Progress{Phase: "reload", Done: done, Total: r.ReloadedRuns, Unit: "runs"})
 	}); err != nil {
-		return nil, err
+		return err
 	}
-	if r.BytesAfterReload, err = e.tableBytes(ctx, queue); err != nil {
-		return nil, err
-	}
-	return r, nil
+	var err error
+	r.BytesAfterReload, err = e.tableBytes(ctx, queue)
+	return err
 }
 
 // tableBytes is the total size (indexes and TOAST included) of pgflow's run tables and the queue's tables.
@@ -467,8 +494,14 @@ func (g *Growth) ratios(b Baseline) {
 	if g == nil {
 		return
 	}
+	points := make([]*GrowthPoint, 0, len(g.Points)+1)
 	for i := range g.Points {
-		p := &g.Points[i]
+		points = append(points, &g.Points[i])
+	}
+	if g.AfterPrune != nil {
+		points = append(points, g.AfterPrune)
+	}
+	for _, p := range points {
 		p.Start.ratios(p.Baseline, b, true)
 		p.Work.ratios(p.Baseline, b, false)
 		for j := range p.Statements {

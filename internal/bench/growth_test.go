@@ -77,6 +77,18 @@ func TestBenchGrowthMeasuresEverySizeAndPrunes(t *testing.T) {
 		}
 	}
 	require.Equal(t, g.Points[1].PreloadRuns, pruned)
+	// A point is measured right after pruning: the history is what the measured points completed, the backlog is
+	// topped up again, and the same phases ran.
+	a := g.AfterPrune
+	require.NotNil(t, a)
+	require.Equal(t, g.Points[1].HistoryRuns+g.Points[1].Work.Count-pruned, a.HistoryRuns,
+		"after pruning: the runs completed while measuring, nothing pre-loaded")
+	require.EqualValues(t, 60, a.QueuedRuns)
+	require.EqualValues(t, cfg.Runs, a.Start.Count)
+	require.GreaterOrEqual(t, a.Work.Count, int64(cfg.Runs))
+	require.Positive(t, a.Start.RowsWrittenPer)
+	require.Positive(t, a.Work.CommitsPer)
+	require.InDelta(t, a.Work.PerSec/a.Baseline.CommitsPerSec, a.Work.Ratios.TasksPerSec, 1e-9)
 	// The pruned runs are loaded again: the report shows the tables' size at each step.
 	require.NotNil(t, g.Reuse)
 	require.Equal(t, pruned, g.Reuse.ReloadedRuns)
@@ -92,6 +104,7 @@ func TestBenchGrowthMeasuresEverySizeAndPrunes(t *testing.T) {
 	require.Contains(t, table.String(), "cost as work grows")
 	require.Contains(t, table.String(), "prune_data_older_than('27 days')")
 	require.Contains(t, table.String(), "after loading")
+	require.Contains(t, table.String(), fmt.Sprintf("after prune: %d", a.HistoryRuns))
 }
 
 // shapeOf describes a row (as JSON) by its columns: null or of which JSON type, and for objects their keys.

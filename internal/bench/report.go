@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -412,9 +413,18 @@ func (g *Growth) writeTable(w io.Writer) error {
 	fmt.Fprintln(w, "cost as work grows (one-step flow; start: per run, work: per task; ms: mean client-side time of one call; rates ×base: per commit of the baseline measured before each size):")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "history runs\tqueued\tpreload s\tbase c/s\tstart runs/s (×base)\tWAL B/run (FPI)\ttasks/s (×base)\tcommits/task\tWAL B/task (×base)\tFPI/task\trows/task\tstart_flows ms\tread+claim ms\tcomplete_tasks ms\ttables MB\t")
-	for _, p := range g.Points {
-		fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.0f\t%s\t%.0f (%.2f)\t%s\t%.3f\t%s\t%.2f\t%.1f\t%s\t%s\t%s\t%.0f\t\n",
-			p.HistoryRuns, p.QueuedRuns, p.PreloadSeconds, p.Baseline.CommitsPerSec,
+	rows := make([]GrowthPoint, len(g.Points), len(g.Points)+1)
+	copy(rows, g.Points)
+	if g.AfterPrune != nil {
+		rows = append(rows, *g.AfterPrune)
+	}
+	for i, p := range rows {
+		history := strconv.FormatInt(p.HistoryRuns, 10)
+		if i == len(g.Points) {
+			history = "after prune: " + history
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.0f\t%s\t%.0f (%.2f)\t%s\t%.3f\t%s\t%.2f\t%.1f\t%s\t%s\t%s\t%.0f\t\n",
+			history, p.QueuedRuns, p.PreloadSeconds, p.Baseline.CommitsPerSec,
 			withRatio(p.Start.PerSec, p.Start.Ratios.RunsPerSec, 0), p.Start.WALBytesPer, p.Start.FullPagesPer,
 			withRatio(p.Work.PerSec, p.Work.Ratios.TasksPerSec, 0), p.Work.CommitsPer,
 			withRatio(p.Work.WALBytesPer, p.Work.Ratios.WALBytes, 0), p.Work.FullPagesPer, p.Work.RowsWrittenPer,
@@ -431,7 +441,7 @@ func (g *Growth) writeTable(w io.Writer) error {
 				p.PreloadRuns, p.PreloadSeconds, float64(p.PreloadRuns)/p.PreloadSeconds, p.BacklogSeconds, p.VacuumSeconds)
 		}
 	}
-	for _, p := range g.Points {
+	for _, p := range rows {
 		if !p.Checkpointed {
 			fmt.Fprintf(w, "note: no CHECKPOINT before size %d (needs pg_checkpoint or a superuser): its full-page images depend on when the server last checkpointed\n", p.HistoryRuns)
 		}
