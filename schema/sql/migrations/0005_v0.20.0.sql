@@ -5835,12 +5835,16 @@ $grants$;
 -- temporary schema first for type and table names, so a role with the default TEMP privilege could shadow uuid or
 -- jsonb with a domain whose CHECK runs its own code inside a SECURITY DEFINER function, with the owner's rights.
 -- The bundled PGMQ layer (not the extension, which its own upgrades manage) gets the same setting.
+-- Every pgflow function also runs with JIT compilation off. A generic plan's estimated cost grows with the tables'
+-- and indexes' sizes (after a prune an index keeps its pages but few entries, and each lookup looks dear), and
+-- past jit_above_cost every call compiled its statements: about 30 ms for a claim that otherwise takes one
+-- (docs/performance.md, "JIT compilation").
 do $search_path$
 declare
   v_fn record;
 begin
   for v_fn in
-    select p.oid::regprocedure::text as name
+    select p.oid::regprocedure::text as name, n.nspname = 'pgflow' as engine
       from pg_catalog.pg_proc as p
       join pg_catalog.pg_namespace as n on n.oid = p.pronamespace
      where (n.nspname = 'pgflow'
@@ -5852,31 +5856,12 @@ begin
      order by 1
   loop
     execute format('alter routine %s set search_path = pg_catalog, pg_temp', v_fn.name);
+    if v_fn.engine then
+      execute format('alter routine %s set jit = off', v_fn.name);
+    end if;
   end loop;
 end;
 $search_path$;
-
--- Every pgflow function runs with JIT compilation off. A generic plan's estimated cost grows with the tables'
--- and indexes' sizes (after a prune an index keeps its pages but few entries, and each lookup looks dear), and
--- past jit_above_cost every call compiled its statements: about 30 ms for a claim that otherwise takes one
--- (docs/performance.md, "JIT compilation").
-do $jit$
-declare
-  v_fn record;
-begin
-  for v_fn in
-    select p.oid::regprocedure::text as name
-      from pg_catalog.pg_proc as p
-     where p.pronamespace = 'pgflow'::regnamespace
-       and p.prokind in ('f', 'p')
-       and not exists (select 1 from pg_catalog.pg_depend as d
-                        where d.classid = 'pg_catalog.pg_proc'::regclass and d.objid = p.oid and d.deptype = 'e')
-     order by 1
-  loop
-    execute format('alter routine %s set jit = off', v_fn.name);
-  end loop;
-end;
-$jit$;
 
 -- Every function carries its guarantees as its comment (v0.20.0), so they are part of the schema.
 -- generated from sql/core: comments
