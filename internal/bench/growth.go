@@ -490,10 +490,8 @@ func (e *env) measurePrune(ctx context.Context, progress func(Progress)) ([]Prun
 	return out, nil
 }
 
-func (g *Growth) ratios(b Baseline) {
-	if g == nil {
-		return
-	}
+// allPoints lists the measured points: one per size, then the one after pruning when there is one.
+func (g *Growth) allPoints() []*GrowthPoint {
 	points := make([]*GrowthPoint, 0, len(g.Points)+1)
 	for i := range g.Points {
 		points = append(points, &g.Points[i])
@@ -501,7 +499,14 @@ func (g *Growth) ratios(b Baseline) {
 	if g.AfterPrune != nil {
 		points = append(points, g.AfterPrune)
 	}
-	for _, p := range points {
+	return points
+}
+
+func (g *Growth) ratios(b Baseline) {
+	if g == nil {
+		return
+	}
+	for _, p := range g.allPoints() {
 		p.Start.ratios(p.Baseline, b, true)
 		p.Work.ratios(p.Baseline, b, false)
 		for j := range p.Statements {

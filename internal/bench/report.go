@@ -413,14 +413,10 @@ func (g *Growth) writeTable(w io.Writer) error {
 	fmt.Fprintln(w, "cost as work grows (one-step flow; start: per run, work: per task; ms: mean client-side time of one call; rates ×base: per commit of the baseline measured before each size):")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "history runs\tqueued\tpreload s\tbase c/s\tstart runs/s (×base)\tWAL B/run (FPI)\ttasks/s (×base)\tcommits/task\tWAL B/task (×base)\tFPI/task\trows/task\tstart_flows ms\tread+claim ms\tcomplete_tasks ms\ttables MB\t")
-	rows := make([]GrowthPoint, len(g.Points), len(g.Points)+1)
-	copy(rows, g.Points)
-	if g.AfterPrune != nil {
-		rows = append(rows, *g.AfterPrune)
-	}
-	for i, p := range rows {
+	points := g.allPoints()
+	for _, p := range points {
 		history := strconv.FormatInt(p.HistoryRuns, 10)
-		if i == len(g.Points) {
+		if p == g.AfterPrune {
 			history = "after prune: " + history
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.0f\t%s\t%.0f (%.2f)\t%s\t%.3f\t%s\t%.2f\t%.1f\t%s\t%s\t%s\t%.0f\t\n",
@@ -441,7 +437,7 @@ func (g *Growth) writeTable(w io.Writer) error {
 				p.PreloadRuns, p.PreloadSeconds, float64(p.PreloadRuns)/p.PreloadSeconds, p.BacklogSeconds, p.VacuumSeconds)
 		}
 	}
-	for _, p := range rows {
+	for _, p := range points {
 		if !p.Checkpointed {
 			fmt.Fprintf(w, "note: no CHECKPOINT before size %d (needs pg_checkpoint or a superuser): its full-page images depend on when the server last checkpointed\n", p.HistoryRuns)
 		}

@@ -81,6 +81,16 @@ func benchClaimAll(b *testing.B, pool *pgxpool.Pool) []sqlapi.ClaimedTask {
 	}
 }
 
+// okResults are the results of claimed tasks whose handlers returned {"ok":true}, each for its claimed attempt.
+func okResults(tasks []sqlapi.ClaimedTask) []sqlapi.TaskResult {
+	results := make([]sqlapi.TaskResult, len(tasks))
+	for i, t := range tasks {
+		results[i] = sqlapi.TaskResult{RunID: t.RunID, StepSlug: t.StepSlug, TaskIndex: t.TaskIndex,
+			Output: json.RawMessage(`{"ok":true}`), Attempt: t.Attempt}
+	}
+	return results
+}
+
 // counters are the database's rows written (pgflow and pgmq tables) and its WAL position.
 type counters struct{ rows, wal int64 }
 
@@ -237,12 +247,7 @@ func benchCompleteTasks(b *testing.B, pool *pgxpool.Pool) {
 	b.ResetTimer()
 	for i := 0; i < len(tasks); i += benchBatch {
 		batch := tasks[i:min(i+benchBatch, len(tasks))]
-		results := make([]sqlapi.TaskResult, len(batch))
-		for j, t := range batch {
-			results[j] = sqlapi.TaskResult{RunID: t.RunID, StepSlug: t.StepSlug, TaskIndex: t.TaskIndex,
-				Output: json.RawMessage(`{"ok":true}`), Attempt: t.Attempt}
-		}
-		out, err := sqlapi.CompleteTasks(ctx, pool, results)
+		out, err := sqlapi.CompleteTasks(ctx, pool, okResults(batch))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -265,8 +270,7 @@ func BenchmarkCompleteTaskAlone(b *testing.B) {
 	before := readCounters(b, pool)
 	b.ResetTimer()
 	for _, t := range tasks {
-		_, err := sqlapi.CompleteTasks(ctx, pool, []sqlapi.TaskResult{{RunID: t.RunID, StepSlug: t.StepSlug,
-			TaskIndex: t.TaskIndex, Output: json.RawMessage(`{"ok":true}`), Attempt: t.Attempt}})
+		_, err := sqlapi.CompleteTasks(ctx, pool, okResults([]sqlapi.ClaimedTask{t}))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -307,12 +311,7 @@ func BenchmarkCallsBySize(b *testing.B) {
 					b.Fatalf("claimed %d tasks, want %d", len(claimed), n)
 				}
 				t2 := time.Now()
-				results := make([]sqlapi.TaskResult, n)
-				for j, t := range claimed {
-					results[j] = sqlapi.TaskResult{RunID: t.RunID, StepSlug: t.StepSlug, TaskIndex: t.TaskIndex,
-						Output: json.RawMessage(`{"ok":true}`), Attempt: t.Attempt}
-				}
-				if _, err := sqlapi.CompleteTasks(ctx, pool, results); err != nil {
+				if _, err := sqlapi.CompleteTasks(ctx, pool, okResults(claimed)); err != nil {
 					b.Fatal(err)
 				}
 				t3 := time.Now()
