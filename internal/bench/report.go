@@ -100,6 +100,9 @@ type Result struct {
 	// this process's CPU per run times ArrivalRate, over the machine's CPUs. Near 1 the machine is saturated and a
 	// run's latency is mostly waiting for a CPU. 0 when the server's CPU is not measured (it runs elsewhere).
 	CPUShare float64 `json:"cpu_share,omitempty"`
+	// ServerCPUSplit divides the latency scenario's ServerCPUMicrosPer by the connections that spent it (nil when
+	// the server's CPU is not measured).
+	ServerCPUSplit *ServerCPUSplit `json:"server_cpu_split,omitempty"`
 	// WarmUp is the latency scenario's cold start: the runs that arrived during Config.Warmup, left out of the
 	// latency percentiles above (nil when the client could not pair every run with its event).
 	WarmUp *WarmUp `json:"warm_up,omitempty"`
@@ -188,6 +191,36 @@ func (r *Result) setTotals(d delta, n int) {
 	r.BuffersPer = float64(d.buffers) / float64(n)
 	r.ServerCPUMicrosPer = float64(d.cpu.Microseconds()) / float64(n)
 	r.WorkerCPUMicrosPer = float64(d.selfCPU.Microseconds()) / float64(n)
+}
+
+// ServerCPUSplit is the server's CPU per run of the latency scenario by the connections that spent it. The
+// latency target is set at a fraction of the one-step burn-down's rate, and that burn-down has no starts to pay
+// for: Starts is what a run costs the server besides what the burn-down measures (docs/performance.md).
+type ServerCPUSplit struct {
+	// StartsMicrosPer is the starting client's connections: the coalesced start calls and the sending of their
+	// events.
+	StartsMicrosPer float64 `json:"starts_us_per"`
+	// WorkersMicrosPer is the workers' connections: reads and claims, completions, heartbeats, and their listening
+	// connections.
+	WorkersMicrosPer float64 `json:"workers_us_per"`
+	// OtherMicrosPer is the rest of ServerCPUMicrosPer: the server's background processes (WAL writer,
+	// checkpointer, autovacuum), the benchmark's listener and monitor.
+	OtherMicrosPer float64 `json:"other_us_per"`
+}
+
+const (
+	roleStarts  = "starts"
+	roleWorkers = "workers"
+)
+
+// splitServerCPU divides total (µs per run over runs) by role: the starts' and the workers' connections from
+// byRole, the rest of total as OtherMicrosPer. The connections' times are within total, which counts every
+// server process of the same window.
+func splitServerCPU(total float64, byRole map[string]time.Duration, runs int) *ServerCPUSplit {
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(runs) }
+	s := &ServerCPUSplit{StartsMicrosPer: per(byRole[roleStarts]), WorkersMicrosPer: per(byRole[roleWorkers])}
+	s.OtherMicrosPer = total - s.StartsMicrosPer - s.WorkersMicrosPer
+	return s
 }
 
 // WarmUp is what the latency scenario's warm-up runs saw.
@@ -321,6 +354,10 @@ func (rep *Report) WriteTable(w io.Writer) error {
 			if r.CPUShare > 0 {
 				note += fmt.Sprintf("; the server and this process used %.0f%% of %d CPUs (%.0f + %.0f µs per run)",
 					100*r.CPUShare, rep.Machine.CPUs, r.ServerCPUMicrosPer, r.WorkerCPUMicrosPer)
+			}
+			if sp := r.ServerCPUSplit; sp != nil {
+				note += fmt.Sprintf("; the server's µs per run: %.0f for the starts' connections, %.0f for the workers', %.0f for the rest",
+					sp.StartsMicrosPer, sp.WorkersMicrosPer, sp.OtherMicrosPer)
 			}
 			if w := r.WarmUp; w != nil && w.Runs > 0 {
 				note += fmt.Sprintf("; not counted: the %gs warm-up's %d runs, p50 %.1f ms, p99 %.1f ms", w.Seconds, w.Runs,

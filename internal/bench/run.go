@@ -817,6 +817,11 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 	}()
 	defer func() { stopListen(); <-listenDone }()
 
+	roles := map[string]string{workerApp + "-starter": roleStarts}
+	for i := range cfg.Workers {
+		roles[fmt.Sprintf("%s-%d", workerApp, i)] = roleWorkers
+	}
+	var byRole map[string]time.Duration
 	cost, err := e.measureCost(ctx, func() error {
 		ws, err := e.startWorkers(ctx, cfg, ScenarioLatency, cfg.Workers, workerConfig(cfg))
 		if err != nil {
@@ -850,6 +855,10 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 		if loopErr == nil {
 			loopErr = e.waitRuns(ctx, bf, int64(n), ws, nil)
 		}
+		if loopErr == nil && e.postmaster != 0 {
+			// The starter's and the workers' connections were opened in this window and are still open.
+			byRole, loopErr = e.backendsCPU(ctx, roles)
+		}
 		return errors.Join(loopErr, ws.stop())
 	})
 	if err != nil {
@@ -881,6 +890,9 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 	}
 	res.Seconds = cfg.LatencyDuration.Seconds()
 	res.setCost(cost)
+	if byRole != nil && res.TasksCompleted > 0 {
+		res.ServerCPUSplit = splitServerCPU(res.ServerCPUMicrosPer, byRole, res.TasksCompleted)
+	}
 	if res.ServerCPUMicrosPer > 0 && res.ArrivalRate > 0 {
 		res.CPUShare = (res.ServerCPUMicrosPer + res.WorkerCPUMicrosPer) * res.ArrivalRate / 1e6 / float64(runtime.NumCPU())
 	}
