@@ -219,17 +219,15 @@ func TestBenchLatencyAtAFractionOfOneStep(t *testing.T) {
 	require.Contains(t, text.String(), fmt.Sprintf("the server and this process used %.0f%% of %d CPUs (%.0f + %.0f µs per run)",
 		100*latency.CPUShare, rep.Machine.CPUs, latency.ServerCPUMicrosPer, latency.WorkerCPUMicrosPer))
 
-	// The server's CPU is divided by the connections that spent it: both the starts' and the workers' connections
-	// did work, and what they used since they opened (inside the measured window) is part of the window's total,
-	// so the rest is not negative.
+	// The server's CPU is divided by the connections that spent it: the starts' connections ran every start and
+	// the workers' every claim and completion, so both used some (read to the nanosecond, not in clock ticks: a
+	// short scenario's starts can take less than a tick).
 	sp := latency.ServerCPUSplit
 	require.NotNil(t, sp, "the server is local: its CPU is split by connection")
 	require.Positive(t, sp.StartsMicrosPer)
 	require.Positive(t, sp.WorkersMicrosPer)
-	require.GreaterOrEqual(t, sp.OtherMicrosPer, 0.0, "the connections' time is within the server's total")
-	require.InDelta(t, latency.ServerCPUMicrosPer, sp.StartsMicrosPer+sp.WorkersMicrosPer+sp.OtherMicrosPer, 1e-9)
-	require.Contains(t, text.String(), fmt.Sprintf("the server's µs per run: %.0f for the starts' connections, %.0f for the workers', %.0f for the rest",
-		sp.StartsMicrosPer, sp.WorkersMicrosPer, sp.OtherMicrosPer))
+	require.Contains(t, text.String(), fmt.Sprintf("of the server's µs per run, %.0f were the starts' connections' and %.0f the workers'",
+		sp.StartsMicrosPer, sp.WorkersMicrosPer))
 
 	// On one clock the latency is split where the server's timestamps fall, for every measured run (the warm-up's
 	// left out). Each stage ends where the next begins, so none is negative, whatever the machine.

@@ -193,9 +193,12 @@ func (r *Result) setTotals(d delta, n int) {
 	r.WorkerCPUMicrosPer = float64(d.selfCPU.Microseconds()) / float64(n)
 }
 
-// ServerCPUSplit is the server's CPU per run of the latency scenario by the connections that spent it. The
-// latency target is set at a fraction of the one-step burn-down's rate, and that burn-down has no starts to pay
-// for: Starts is what a run costs the server besides what the burn-down measures (docs/performance.md).
+// ServerCPUSplit is the server's CPU per run of the latency scenario spent by the connections that start runs and
+// by the workers' connections; the rest of ServerCPUMicrosPer is the server's background processes (WAL writer,
+// checkpointer, autovacuum) and the benchmark's listener and monitor. The latency target is set at a fraction of
+// the one-step burn-down's rate, and that burn-down has no starts to pay for: StartsMicrosPer is what a run costs
+// the server besides what the burn-down measures (docs/performance.md). The connections' times are read to the
+// nanosecond where the kernel gives them (/proc/<pid>/schedstat), the total in clock ticks.
 type ServerCPUSplit struct {
 	// StartsMicrosPer is the starting client's connections: the coalesced start calls and the sending of their
 	// events.
@@ -203,9 +206,6 @@ type ServerCPUSplit struct {
 	// WorkersMicrosPer is the workers' connections: reads and claims, completions, heartbeats, and their listening
 	// connections.
 	WorkersMicrosPer float64 `json:"workers_us_per"`
-	// OtherMicrosPer is the rest of ServerCPUMicrosPer: the server's background processes (WAL writer,
-	// checkpointer, autovacuum), the benchmark's listener and monitor.
-	OtherMicrosPer float64 `json:"other_us_per"`
 }
 
 const (
@@ -213,14 +213,10 @@ const (
 	roleWorkers = "workers"
 )
 
-// splitServerCPU divides total (µs per run over runs) by role: the starts' and the workers' connections from
-// byRole, the rest of total as OtherMicrosPer. The connections' times are within total, which counts every
-// server process of the same window.
-func splitServerCPU(total float64, byRole map[string]time.Duration, runs int) *ServerCPUSplit {
-	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(runs) }
-	s := &ServerCPUSplit{StartsMicrosPer: per(byRole[roleStarts]), WorkersMicrosPer: per(byRole[roleWorkers])}
-	s.OtherMicrosPer = total - s.StartsMicrosPer - s.WorkersMicrosPer
-	return s
+// splitServerCPU divides the starts' and the workers' connections' time (byRole) by runs, in µs.
+func splitServerCPU(byRole map[string]time.Duration, runs int) *ServerCPUSplit {
+	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(runs) }
+	return &ServerCPUSplit{StartsMicrosPer: per(byRole[roleStarts]), WorkersMicrosPer: per(byRole[roleWorkers])}
 }
 
 // WarmUp is what the latency scenario's warm-up runs saw.
@@ -356,8 +352,8 @@ func (rep *Report) WriteTable(w io.Writer) error {
 					100*r.CPUShare, rep.Machine.CPUs, r.ServerCPUMicrosPer, r.WorkerCPUMicrosPer)
 			}
 			if sp := r.ServerCPUSplit; sp != nil {
-				note += fmt.Sprintf("; the server's µs per run: %.0f for the starts' connections, %.0f for the workers', %.0f for the rest",
-					sp.StartsMicrosPer, sp.WorkersMicrosPer, sp.OtherMicrosPer)
+				note += fmt.Sprintf("; of the server's µs per run, %.0f were the starts' connections' and %.0f the workers'",
+					sp.StartsMicrosPer, sp.WorkersMicrosPer)
 			}
 			if w := r.WarmUp; w != nil && w.Runs > 0 {
 				note += fmt.Sprintf("; not counted: the %gs warm-up's %d runs, p50 %.1f ms, p99 %.1f ms", w.Seconds, w.Runs,

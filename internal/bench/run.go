@@ -891,7 +891,7 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 	res.Seconds = cfg.LatencyDuration.Seconds()
 	res.setCost(cost)
 	if byRole != nil && res.TasksCompleted > 0 {
-		res.ServerCPUSplit = splitServerCPU(res.ServerCPUMicrosPer, byRole, res.TasksCompleted)
+		res.ServerCPUSplit = splitServerCPU(byRole, res.TasksCompleted)
 	}
 	if res.ServerCPUMicrosPer > 0 && res.ArrivalRate > 0 {
 		res.CPUShare = (res.ServerCPUMicrosPer + res.WorkerCPUMicrosPer) * res.ArrivalRate / 1e6 / float64(runtime.NumCPU())

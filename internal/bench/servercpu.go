@@ -89,7 +89,8 @@ func procStat(pid int) (procFields, bool) {
 	return f, true
 }
 
-// backendsCPU sums, per role, the CPU time the server's backends of this database have used since they began,
+// backendsCPU sums, per role, the CPU time the server's backends of this database have used since they began
+// (procRuntime),
 // for the backends whose application_name roles maps to a role. Read it before those connections close: an
 // ended backend's time is only in its postmaster's total (serverCPU), no longer attributable to it. With
 // connections opened inside a measured window it is their whole share of that window's server CPU.
@@ -119,8 +120,22 @@ func (e *env) backendsCPU(ctx context.Context, roles map[string]string) (map[str
 	out := make(map[string]time.Duration, len(roles))
 	for _, b := range backends {
 		if f, ok := procStat(b.pid); ok && f.ppid == e.postmaster {
-			out[roles[b.app]] += time.Duration(f.utime+f.stime) * clockTick
+			out[roles[b.app]] += procRuntime(b.pid, f)
 		}
 	}
 	return out, nil
+}
+
+// procRuntime is the CPU time a process has used, to the nanosecond from /proc/<pid>/schedstat (its first field)
+// where the kernel provides it, else from its clock ticks in /proc/<pid>/stat (f). A connection that did a little
+// work in a short window can have used less than one tick.
+func procRuntime(pid int, f procFields) time.Duration {
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/schedstat"); err == nil {
+		if first, _, ok := strings.Cut(string(b), " "); ok {
+			if ns, err := strconv.ParseInt(first, 10, 64); err == nil {
+				return time.Duration(ns)
+			}
+		}
+	}
+	return time.Duration(f.utime+f.stime) * clockTick
 }
