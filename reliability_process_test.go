@@ -81,7 +81,11 @@ func TestReliabilityKilledWorkerIsNotWokenAlone(t *testing.T) {
 	compileRelFlow(t, db.Pool, reliability.OneStepFlow)
 	bin := reliability.BuildTestWorker(t)
 	victim := reliability.StartProcess(t, bin, reliability.ProcConfig{DatabaseURL: db.URL, Flow: reliability.OneStepFlow})
-	survivor := reliability.StartProcess(t, bin, reliability.ProcConfig{DatabaseURL: db.URL, Flow: reliability.OneStepFlow})
+	// A worker woken alone passes the wake on to the queue's channel when its read comes back full or every slot is
+	// busy (internal/poller/passon.go). With more free slots than the test ever has messages (20 runs) neither can
+	// happen, however slowly the survivor settles its tasks, so every notification seen is a start's own wake.
+	survivor := reliability.StartProcess(t, bin, reliability.ProcConfig{DatabaseURL: db.URL, Flow: reliability.OneStepFlow,
+		MaxConcurrent: 32, BatchSize: 24})
 	listenerOf := func(workerID string) int64 {
 		return queryInt(t, db.Pool, `select coalesce(max(listener_pid), 0) from pgflow.workers
 			where worker_id = $1::uuid and stopped_at is null`, workerID)
