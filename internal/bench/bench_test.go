@@ -371,7 +371,7 @@ func TestWarmStartersStartsOnEveryConnectionAndLeavesNothing(t *testing.T) {
 	bf, err := flowFor(ScenarioStart, false)
 	require.NoError(t, err)
 	require.NoError(t, e.prepareFlow(ctx, bf))
-	pool, err := newPool(ctx, db.URL, workerApp+"-starter", 3)
+	pool, err := newPool(ctx, db.URL, starterApp, 3)
 	require.NoError(t, err)
 	defer pool.Close()
 

@@ -23,12 +23,16 @@ import (
 const benchDatabase = "pgflow_bench"
 
 // appPrefix starts the application_name of every benchmark connection; workerApp marks the connections whose
-// backends must have exited (and flushed their statistics) before the counters are read.
+// backends must have exited (and flushed their statistics) before the counters are read. starterApp names the
+// pools that start runs, workerPoolApp the pool of the i-th in-process worker.
 const (
 	appPrefix  = "pgflow-bench"
 	workerApp  = appPrefix + "-work"
+	starterApp = workerApp + "-starter"
 	monitorApp = appPrefix + "-monitor"
 )
+
+func workerPoolApp(i int) string { return fmt.Sprintf("%s-%d", workerApp, i) }
 
 // env is the database under test.
 type env struct {

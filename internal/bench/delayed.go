@@ -43,7 +43,7 @@ func (e *env) runDelayed(ctx context.Context, cfg Config, progress func(Progress
 		if err != nil {
 			return err
 		}
-		starter, err := newPool(ctx, e.url, workerApp+"-starter", 1)
+		starter, err := newPool(ctx, e.url, starterApp, 1)
 		if err != nil {
 			return errors.Join(err, ws.stop())
 		}

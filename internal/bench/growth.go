@@ -376,7 +376,7 @@ func (e *env) preloadHistory(ctx context.Context, slug, queue string, n int64, t
 func (e *env) growthStart(ctx context.Context, cfg Config, bf *benchFlow, pt *GrowthPoint, timer *statementTimer, progress func(Progress)) error {
 	var elapsed time.Duration
 	cost, err := e.measureCost(ctx, func() error {
-		pool, err := newTracedPool(ctx, e.url, workerApp+"-starter", cfg.Starters, timer)
+		pool, err := newTracedPool(ctx, e.url, starterApp, cfg.Starters, timer)
 		if err != nil {
 			return err
 		}

@@ -181,7 +181,7 @@ func (e *env) startTracedWorkers(ctx context.Context, cfg Config, scenario strin
 			return nil, errors.Join(err, ws.stop())
 		}
 		bf.handled = &e.handled
-		pool, err := newTracedPool(ctx, e.url, fmt.Sprintf("%s-%d", workerApp, i), cfg.PoolSize, tracer)
+		pool, err := newTracedPool(ctx, e.url, workerPoolApp(i), cfg.PoolSize, tracer)
 		if err != nil {
 			return nil, errors.Join(err, ws.stop())
 		}
@@ -652,7 +652,7 @@ func (e *env) runStart(ctx context.Context, cfg Config, progress func(Progress))
 	res := &Result{Scenario: ScenarioStart, Mode: ModeBurnDown, Runs: cfg.Runs, StartBatch: cfg.StartBatch, Starters: cfg.Starters}
 	var elapsed time.Duration
 	cost, err := e.measureCost(ctx, func() error {
-		pool, err := newPool(ctx, e.url, workerApp+"-starter", cfg.Starters)
+		pool, err := newPool(ctx, e.url, starterApp, cfg.Starters)
 		if err != nil {
 			return err
 		}
@@ -817,9 +817,9 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 	}()
 	defer func() { stopListen(); <-listenDone }()
 
-	roles := map[string]string{workerApp + "-starter": roleStarts}
+	roles := map[string]string{starterApp: roleStarts}
 	for i := range cfg.Workers {
-		roles[fmt.Sprintf("%s-%d", workerApp, i)] = roleWorkers
+		roles[workerPoolApp(i)] = roleWorkers
 	}
 	var byRole map[string]time.Duration
 	cost, err := e.measureCost(ctx, func() error {
@@ -827,7 +827,7 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 		if err != nil {
 			return err
 		}
-		starter, err := newPool(ctx, e.url, workerApp+"-starter", latencyStarters)
+		starter, err := newPool(ctx, e.url, starterApp, latencyStarters)
 		if err != nil {
 			return errors.Join(err, ws.stop())
 		}

@@ -3,8 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -89,39 +91,30 @@ func procStat(pid int) (procFields, bool) {
 	return f, true
 }
 
-// backendsCPU sums, per role, the CPU time the server's backends of this database have used since they began
-// (procRuntime),
-// for the backends whose application_name roles maps to a role. Read it before those connections close: an
-// ended backend's time is only in its postmaster's total (serverCPU), no longer attributable to it. With
+// backendsCPU sums, per role, the CPU time (procRuntime) the server's backends of this database have used since
+// they began, for the backends whose application_name roles maps to a role. Read it before those connections
+// close: an ended backend's time is only in its postmaster's total (serverCPU), no longer attributable to it. With
 // connections opened inside a measured window it is their whole share of that window's server CPU.
 func (e *env) backendsCPU(ctx context.Context, roles map[string]string) (map[string]time.Duration, error) {
-	apps := make([]string, 0, len(roles))
-	for app := range roles {
-		apps = append(apps, app)
-	}
 	e.monQueries.Add(1)
 	rows, err := e.mon.Query(ctx, `select a.pid, a.application_name from pg_stat_activity as a
-		where a.datname = current_database() and a.application_name = any ($1::text[])`, apps)
-	if err != nil {
-		return nil, fmt.Errorf("bench: read the server's backends: %w", err)
-	}
-	type backend struct {
-		pid int
-		app string
-	}
-	backends, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (backend, error) {
-		var b backend
-		err := r.Scan(&b.pid, &b.app)
-		return b, err
-	})
+		where a.datname = current_database() and a.application_name = any ($1::text[])`,
+		slices.Collect(maps.Keys(roles)))
 	if err != nil {
 		return nil, fmt.Errorf("bench: read the server's backends: %w", err)
 	}
 	out := make(map[string]time.Duration, len(roles))
-	for _, b := range backends {
-		if f, ok := procStat(b.pid); ok && f.ppid == e.postmaster {
-			out[roles[b.app]] += procRuntime(b.pid, f)
+	var (
+		pid int
+		app string
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&pid, &app}, func() error {
+		if f, ok := procStat(pid); ok && f.ppid == e.postmaster {
+			out[roles[app]] += procRuntime(pid, f)
 		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("bench: read the server's backends: %w", err)
 	}
 	return out, nil
 }
