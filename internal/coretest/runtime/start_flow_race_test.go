@@ -55,7 +55,7 @@ func TestStartDuringCompilationSeesTheWholeFlow(t *testing.T) {
 		require.Eventually(t, func() bool {
 			return fx.Val[bool](t, db, `select exists (select 1 from pg_stat_activity
 				where pid = $1 and wait_event_type = 'Lock')`, pid)
-		}, 10*time.Second, 5*time.Millisecond, "the start waits for the compilation")
+		}, time.Minute, 5*time.Millisecond, "the start waits for the compilation")
 		require.NoError(t, compile.Commit(ctx))
 		require.NoError(t, holder.Rollback(ctx))
 
