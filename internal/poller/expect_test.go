@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgflow-go/pgflow/internal/notify"
+	"github.com/pgflow-go/pgflow/internal/observe"
 	"github.com/pgflow-go/pgflow/internal/pgtest"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
 	"github.com/pgflow-go/pgflow/internal/testutil"
@@ -47,12 +48,24 @@ func TestAPollerAnnouncesItsClaimOnlyWhileItHoldsASlot(t *testing.T) {
 	for i := range runs {
 		runs[i] = testutil.StartRun(t, db.Pool, flow, map[string]any{"i": i})
 	}
+	polls := &pollSink{}
+	obs := observe.New([]observe.Sink{polls}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t.Cleanup(obs.Start(context.Background()))
 	runPoller(t, db, Config{DB: db.Pool, Flow: flow, Queue: flow, WorkerID: id, BatchSize: 2, VisibilitySeconds: 30,
 		MaxPollSeconds: 1, PollIntervalMs: 100, MaxPollWait: time.Hour, ListenPollInterval: time.Hour,
-		Slots: slots, Wake: wake, Listener: listener, Expect: expect}, db.Pool)
+		Slots: slots, Wake: wake, Listener: listener, Expect: expect, Observer: obs}, db.Pool)
 	for _, r := range runs {
 		require.Equal(t, "completed", testutil.WaitRun(t, db.Pool, r).Status)
 	}
+	// Every message is claimed; the queue stays empty until the run below. The poller may still owe the read that
+	// follows a full one (announced: it finds nothing), or wait for news after a short read; a wake without a
+	// message makes it read in the second case, so an empty read comes in both. After an empty read, reads are
+	// not announced until one comes back full.
+	_, err = db.Pool.Exec(context.Background(), `select pg_catalog.pg_notify($1, '')`, sqlapi.QueueChannel(flow))
+	require.NoError(t, err)
+	testutil.WaitFor(t, "an empty read once the queue was empty", polls.readNothing)
+	// Every slot free again: the next read takes both, and one message does not fill it.
+	testutil.WaitFor(t, "the tasks' slots freed", func() bool { return len(slots) == 0 })
 	testutil.WaitFor(t, "the poller's reads returned", func() bool { return announced.Load() == ended.Load() })
 	require.Positive(t, announced.Load(), "the listening poller announced its claims after a full read")
 	require.Zero(t, withoutSlot.Load(), "a claim was announced while the poller held no slot")
@@ -62,3 +75,20 @@ func TestAPollerAnnouncesItsClaimOnlyWhileItHoldsASlot(t *testing.T) {
 	require.Equal(t, "completed", testutil.WaitRun(t, db.Pool, testutil.StartRun(t, db.Pool, flow, map[string]any{})).Status)
 	require.Equal(t, before, announced.Load(), "a read after one that was not full was announced")
 }
+
+// pollSink tells whether the poller has reported a read that found no message.
+type pollSink struct{ empty atomic.Bool }
+
+func (s *pollSink) PollDone(_ context.Context, e observe.Poll) {
+	if e.Err == nil && e.Messages == 0 {
+		s.empty.Store(true)
+	}
+}
+func (s *pollSink) readNothing() bool                         { return s.empty.Load() }
+func (s *pollSink) TaskClaimed(context.Context, observe.Task) {}
+func (s *pollSink) TaskStarted(ctx context.Context, _ observe.Task) context.Context {
+	return ctx
+}
+func (s *pollSink) HandlerDone(context.Context, observe.Handler)     {}
+func (s *pollSink) TaskFinished(context.Context, observe.Finished)   {}
+func (s *pollSink) StaleResult(context.Context, observe.StaleResult) {}
