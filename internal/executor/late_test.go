@@ -44,17 +44,12 @@ func (g *failGate) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 
 // staleSink records the stale results and finished tasks the executor reports.
 type staleSink struct {
+	testutil.NopSink
 	mu       sync.Mutex
 	stale    []observe.StaleResult
 	finished []observe.Finished
 }
 
-func (s *staleSink) PollDone(context.Context, observe.Poll)    {}
-func (s *staleSink) TaskClaimed(context.Context, observe.Task) {}
-func (s *staleSink) TaskStarted(ctx context.Context, _ observe.Task) context.Context {
-	return ctx
-}
-func (s *staleSink) HandlerDone(context.Context, observe.Handler) {}
 func (s *staleSink) TaskFinished(_ context.Context, e observe.Finished) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -77,18 +77,15 @@ func TestAPollerAnnouncesItsClaimOnlyWhileItHoldsASlot(t *testing.T) {
 }
 
 // pollSink tells whether the poller has reported a read that found no message.
-type pollSink struct{ empty atomic.Bool }
+type pollSink struct {
+	testutil.NopSink
+	empty atomic.Bool
+}
 
 func (s *pollSink) PollDone(_ context.Context, e observe.Poll) {
 	if e.Err == nil && e.Messages == 0 {
 		s.empty.Store(true)
 	}
 }
-func (s *pollSink) readNothing() bool                         { return s.empty.Load() }
-func (s *pollSink) TaskClaimed(context.Context, observe.Task) {}
-func (s *pollSink) TaskStarted(ctx context.Context, _ observe.Task) context.Context {
-	return ctx
-}
-func (s *pollSink) HandlerDone(context.Context, observe.Handler)     {}
-func (s *pollSink) TaskFinished(context.Context, observe.Finished)   {}
-func (s *pollSink) StaleResult(context.Context, observe.StaleResult) {}
+
+func (s *pollSink) readNothing() bool { return s.empty.Load() }

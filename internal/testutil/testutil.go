@@ -1,6 +1,6 @@
 // Package testutil holds the test helpers the project's own tests share: waiting for a condition, starting a run
-// in SQL and waiting for it to finish. It is for tests only (it depends on testing and testify); users test their
-// flows with package pgflowtest.
+// in SQL and waiting for it to finish, a sink that ignores the worker's events. It is for tests only (it depends
+// on testing and testify); users test their flows with package pgflowtest.
 package testutil
 
 import (
@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pgflow-go/pgflow/internal/observe"
 	"github.com/pgflow-go/pgflow/internal/sqlapi"
 )
 
@@ -189,3 +190,16 @@ func Notifications(t testing.TB, url string, channels ...string) func() []string
 		}
 	}
 }
+
+// NopSink is an observe.Sink that ignores every event; a test's sink embeds it and defines only the events it
+// records.
+type NopSink struct{}
+
+var _ observe.Sink = NopSink{}
+
+func (NopSink) PollDone(context.Context, observe.Poll)                          {}
+func (NopSink) TaskClaimed(context.Context, observe.Task)                       {}
+func (NopSink) TaskStarted(ctx context.Context, _ observe.Task) context.Context { return ctx }
+func (NopSink) HandlerDone(context.Context, observe.Handler)                    {}
+func (NopSink) TaskFinished(context.Context, observe.Finished)                  {}
+func (NopSink) StaleResult(context.Context, observe.StaleResult)                {}
