@@ -358,6 +358,29 @@ func TestWriteTableLinesUpEveryColumn(t *testing.T) {
 	require.Equal(t, "210 (0.7)", row[slices.Index(heading, "server CPU µs/task (×base)")])
 }
 
+// TestLatencyReportSaysWhenTheEngineFellBehind: a latency round whose runs completed well below the rate they
+// arrived at gets a note saying its latency is a growing backlog's; a round that kept up (completions within a
+// percent of the arrivals, as rounds at half the one-step rate do) gets none. The figures are two rounds' of
+// docs/performance.md.
+func TestLatencyReportSaysWhenTheEngineFellBehind(t *testing.T) {
+	t.Parallel()
+	b := Baseline{Clients: 2, Transactions: 1000, Seconds: 1, CommitsPerSec: 3000, LatencyMs: 0.65, CommitsPerTx: 1}
+	report := func(completed, arrived float64) string {
+		t.Helper()
+		r := Result{Scenario: ScenarioLatency, Mode: "7716 runs/s", Runs: 100, Tasks: 100, RunsCompleted: 100,
+			TasksCompleted: 100, RunsPerSec: completed, TasksPerSec: completed, ArrivalRate: arrived,
+			LatencyP50Ms: 40, LatencyP95Ms: 60, LatencyP99Ms: 80, LatencySource: "client", CostPer: "task",
+			Starters: latencyStarters}
+		r.ratios(b)
+		var out bytes.Buffer
+		require.NoError(t, (&Report{Baseline: b, Results: []Result{r}}).WriteTable(&out))
+		return out.String()
+	}
+	require.Contains(t, report(6739, 7692), "latency: the runs completed at 6739 runs/s, 12% below the arrivals: the engine fell behind")
+	require.NotContains(t, report(7001, 6990), "fell behind")
+	require.NotContains(t, report(7400, 7692), "fell behind", "4 % short is within what keeping up leaves")
+}
+
 // TestWarmStartersStartsOnEveryConnectionAndLeavesNothing: before the start scenario's clock runs, each starter
 // connection has run one start (its message id is used up) and rolled it back (no run, no message is left).
 func TestWarmStartersStartsOnEveryConnectionAndLeavesNothing(t *testing.T) {
