@@ -359,9 +359,9 @@ func TestWriteTableLinesUpEveryColumn(t *testing.T) {
 }
 
 // TestLatencyReportSaysWhenTheEngineFellBehind: a latency round whose runs completed well below the rate they
-// arrived at gets a note saying its latency is a growing backlog's; a round that kept up (completions within a
-// percent of the arrivals, as rounds at half the one-step rate do) gets none. The figures are two rounds' of
-// docs/performance.md.
+// arrived at gets a note saying its latency is a growing backlog's; a round that kept up (completions within 1–2 %
+// of the arrivals, as most rounds at half the one-step rate do) gets none. The figures are rounds of
+// docs/performance-rounds.md (twenty-eighth round).
 func TestLatencyReportSaysWhenTheEngineFellBehind(t *testing.T) {
 	t.Parallel()
 	b := Baseline{Clients: 2, Transactions: 1000, Seconds: 1, CommitsPerSec: 3000, LatencyMs: 0.65, CommitsPerTx: 1}

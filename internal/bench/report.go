@@ -381,7 +381,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 
 // keptUpShare is the share of the latency scenario's arrival rate its runs must complete at (their steady rate,
 // between the 10th and the 90th percentile of the completions) to count as kept up with. Rounds that keep up
-// complete within a percent of the arrivals; a round that fell behind at half the one-step rate completed 12 %
+// complete within 1–2 % of the arrivals; a round that fell behind at half the one-step rate completed 12 %
 // below them (docs/performance.md, "Figures").
 const keptUpShare = 0.95
 
