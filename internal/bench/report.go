@@ -360,10 +360,10 @@ func (rep *Report) WriteTable(w io.Writer) error {
 					w.LatencyP50Ms, w.LatencyP99Ms)
 			}
 			notes = append(notes, note)
-			if behind, ok := r.fellBehind(); ok {
+			if short := r.arrivalShortfall(); short > 1-keptUpShare {
 				notes = append(notes, fmt.Sprintf("%s: the runs completed at %.0f runs/s, %.0f%% below the arrivals: the engine fell "+
 					"behind at this rate, so the latency is that of a backlog that grew for the whole window, not of a "+
-					"steady state (the machine does not sustain this rate)", r.Scenario, r.RunsPerSec, 100*behind))
+					"steady state (the machine does not sustain this rate)", r.Scenario, r.RunsPerSec, 100*short))
 			}
 			if st := r.Stages; st != nil {
 				notes = append(notes, fmt.Sprintf("%s: where the time went, p50 / p99 ms of %d runs: arrival to start %.1f / %.1f, "+
@@ -385,14 +385,13 @@ func (rep *Report) WriteTable(w io.Writer) error {
 // below them (docs/performance.md, "Figures").
 const keptUpShare = 0.95
 
-// fellBehind reports, for the latency scenario, by what share of the arrival rate its runs' steady completion
-// rate fell short of it, and whether that is more than the engine keeping up would explain (keptUpShare).
-func (r *Result) fellBehind() (float64, bool) {
+// arrivalShortfall is, for the latency scenario, the share of the arrival rate by which its runs' steady
+// completion rate fell short of it (negative when they completed faster); 0 for other scenarios.
+func (r *Result) arrivalShortfall() float64 {
 	if r.Scenario != ScenarioLatency || r.ArrivalRate <= 0 || r.RunsPerSec <= 0 {
-		return 0, false
+		return 0
 	}
-	short := 1 - r.RunsPerSec/r.ArrivalRate
-	return short, r.RunsPerSec < keptUpShare*r.ArrivalRate
+	return 1 - r.RunsPerSec/r.ArrivalRate
 }
 
 func perSuffix(per string) string {
