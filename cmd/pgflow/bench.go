@@ -128,10 +128,13 @@ See docs/performance.md for the method.`,
 	f.BoolVar(&cfg.DeleteMessages, "delete-messages", false,
 		"define the benchmark's flows with pgflow.DeleteTaskMessages (messages deleted at the claim, not archived)")
 	f.IntVar(&cfg.Starters, "starters", bench.DefaultStarters, "clients starting runs at the same time in the start scenario")
-	f.Float64Var(&cfg.Rate, "rate", bench.DefaultRate, "arrival rate of the latency scenario, runs per second")
+	f.Float64SliceVar(&cfg.Rates, "rate", []float64{bench.DefaultRate},
+		"arrival `rates` of the latency scenario, runs per second, comma separated: it runs once per rate")
+	f.Lookup("rate").DefValue = fmt.Sprint(bench.DefaultRate) // pflag would print [20.000000]
 	f.DurationVar(&cfg.LatencyDuration, "latency-duration", bench.DefaultLatencyDuration, "length of the latency scenario after its warm-up (--warmup): the runs whose latencies are reported")
-	f.Float64Var(&cfg.RateOfOneStep, "rate-of-one-step", 0,
-		"latency scenario's rate as a fraction of the one-step scenario's tasks/s in the same run (0.5: half the one-step throughput; replaces --rate)")
+	f.Float64SliceVar(&cfg.RatesOfOneStep, "rate-of-one-step", nil,
+		"latency scenario's rates as `fractions` of the one-step scenario's tasks/s in the same run, comma separated (0.5: half the one-step throughput; 0.1,0.25,0.5: three loads; replaces --rate)")
+	f.Lookup("rate-of-one-step").DefValue = "" // not "[]"
 	f.DurationVar(&cfg.BaselineDuration, "baseline-duration", bench.DefaultBaselineDuration, "measured time of the baseline loop")
 	f.DurationVar(&cfg.IdleDuration, "idle-duration", bench.DefaultIdleDuration, "how long the idle scenario watches a worker")
 	f.IntSliceVar(&cfg.GrowthSizes, "growth-sizes", bench.DefaultGrowthSizes, "growth mode: completed runs in the tables at each measurement, ascending")

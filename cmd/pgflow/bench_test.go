@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -17,12 +18,14 @@ func TestBenchJSONReportAddsUp(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	args := append([]string{"--database-url", db.URL}, benchTinyArgs...)
+	args[slices.Index(args, "--rate")+1] = "40,20" // the latency scenario twice
 	args = append(args, "--scenarios", "start,a,b,latency", "--warmup", "200ms", "--json")
 	rep := decodeJSON[bench.Report](t, mustCLI(t, args...))
 
 	require.Positive(t, rep.Baseline.CommitsPerSec)
 	require.Equal(t, []string{"start", "one-step", "chain", "latency"}, rep.Config.Scenarios)
-	require.Len(t, rep.Results, 4)
+	require.Equal(t, []float64{40, 20}, rep.Config.Rates)
+	require.Len(t, rep.Results, 5)
 	perRun := map[string]int{"one-step": 1, "chain": 3, "latency": 1}
 	for _, r := range rep.Results {
 		if r.Scenario == "start" {
@@ -43,6 +46,8 @@ func TestBenchJSONReportAddsUp(t *testing.T) {
 	if w := rep.Results[3].WarmUp; w != nil { // nil only when the client could not pair every run with its event
 		require.Equal(t, 8, w.Runs, "latency: the warm-up's runs are reported apart")
 	}
+	require.Equal(t, "20 runs/s", rep.Results[4].Mode)
+	require.Equal(t, 4+6, rep.Results[4].Runs, "latency at the second rate")
 }
 
 func TestBenchTableAndBadFlags(t *testing.T) {

@@ -29,7 +29,7 @@ func tinyConfig(url string) Config {
 		PoolSize:         4,
 		StartBatch:       7,
 		Starters:         3, // 40 runs in calls of 7 by three clients: every run started once
-		Rate:             40,
+		Rates:            []float64{40},
 		LatencyDuration:  500 * time.Millisecond,
 		BaselineDuration: 300 * time.Millisecond,
 		IdleDuration:     500 * time.Millisecond,
@@ -56,9 +56,16 @@ func checkReport(t *testing.T, cfg Config, rep *Report) {
 	require.GreaterOrEqual(t, b.BuffersPerTx, b.RowsPerTx, "buffer accesses per baseline transaction")
 
 	var names []string
+	latencies := 0
 	for _, r := range rep.Results {
 		if len(names) == 0 || names[len(names)-1] != r.Scenario {
 			names = append(names, r.Scenario) // idle is measured twice: default configuration and PollOnly
+		}
+		if r.Scenario == ScenarioLatency && len(cfg.RatesOfOneStep) == 0 {
+			// One measurement per rate asked for, in the order given.
+			require.Less(t, latencies, len(cfg.Rates), "more latency results than rates")
+			require.Equal(t, fmt.Sprintf("%g runs/s", cfg.Rates[latencies]), r.Mode)
+			latencies++
 		}
 		switch r.Scenario {
 		case ScenarioStart:
@@ -110,9 +117,10 @@ func checkReport(t *testing.T, cfg Config, rep *Report) {
 			require.InDelta(t, r.TasksPerSec/b.CommitsPerSec, r.Ratios.TasksPerSec, 1e-9)
 			require.InDelta(t, r.CommitsPer/b.CommitsPerTx, r.Ratios.Commits, 1e-9)
 			if r.Scenario == ScenarioLatency && r.WarmUp != nil {
-				warmUp := int(r.WarmUp.Seconds * cfg.Rate)
+				rate := askedRate(t, r)
+				warmUp := int(r.WarmUp.Seconds * rate)
 				require.Equal(t, warmUp, r.WarmUp.Runs, "the runs that arrived during the warm-up")
-				require.Equal(t, warmUp+max(1, int(cfg.Rate*cfg.LatencyDuration.Seconds())), r.Runs, "warm-up and measured runs")
+				require.Equal(t, warmUp+max(1, int(rate*cfg.LatencyDuration.Seconds())), r.Runs, "warm-up and measured runs")
 				require.LessOrEqual(t, r.WarmUp.LatencyP50Ms, r.WarmUp.LatencyP99Ms)
 			}
 			if r.Scenario == ScenarioDelayed {
@@ -124,6 +132,10 @@ func checkReport(t *testing.T, cfg Config, rep *Report) {
 		}
 	}
 	require.Equal(t, cfg.Scenarios, names)
+	if slices.Contains(cfg.Scenarios, ScenarioLatency) && len(cfg.RatesOfOneStep) == 0 {
+		require.Equal(t, len(cfg.Rates), latencies, "one latency result per rate")
+		require.Equal(t, cfg.Rates, rep.Config.Rates)
+	}
 
 	var table bytes.Buffer
 	require.NoError(t, rep.WriteTable(&table))
@@ -145,6 +157,7 @@ func TestBenchBurnDownAllScenarios(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	cfg := tinyConfig(db.URL)
+	cfg.Rates = []float64{40, 25} // the latency scenario once per rate, in the order given
 	var phases []Progress
 	cfg.Progress = func(p Progress) { phases = append(phases, p) }
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -179,36 +192,49 @@ func TestBenchConfigErrorsNameTheField(t *testing.T) {
 	require.ErrorContains(t, err, "Runs = -1")
 	require.ErrorContains(t, err, `Scenarios = "x"`)
 
-	_, err = Config{RateOfOneStep: -1}.resolve()
-	require.ErrorContains(t, err, "RateOfOneStep = -1")
-	_, err = Config{RateOfOneStep: 0.5, Scenarios: []string{"latency"}}.resolve()
-	require.ErrorContains(t, err, "RateOfOneStep = 0.5: needs the one-step and latency scenarios in the same run")
+	_, err = Config{RatesOfOneStep: []float64{0.25, -1}}.resolve()
+	require.ErrorContains(t, err, "RatesOfOneStep = [0.25 -1]: must be positive numbers (-1 is not)")
+	_, err = Config{Rates: []float64{math.NaN()}}.resolve()
+	require.ErrorContains(t, err, "Rates = [NaN]: must be positive numbers (NaN is not)")
+	_, err = Config{Rates: []float64{0}}.resolve()
+	require.ErrorContains(t, err, "Rates = [0]: must be positive numbers (0 is not)")
+	_, err = Config{RatesOfOneStep: []float64{0.5}, Scenarios: []string{"latency"}}.resolve()
+	require.ErrorContains(t, err, "RatesOfOneStep = [0.5]: needs the one-step and latency scenarios in the same run")
+	cfg, err := Config{}.resolve()
+	require.NoError(t, err)
+	require.Equal(t, []float64{DefaultRate}, cfg.Rates)
 }
 
-// TestBenchLatencyAtAFractionOfOneStep: with RateOfOneStep the latency scenario offers that fraction of the
-// tasks/s the one-step scenario reached in the same run, and says so.
+// TestBenchLatencyAtAFractionOfOneStep: with RatesOfOneStep the latency scenario runs once per fraction, offering
+// that fraction of the tasks/s the one-step scenario reached in the same run, and says so.
 func TestBenchLatencyAtAFractionOfOneStep(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
 	cfg := tinyConfig(db.URL)
 	cfg.Scenarios = []string{"latency", "one-step"} // run in the canonical order whatever the order given
-	cfg.RateOfOneStep = 0.01
+	cfg.RatesOfOneStep = []float64{0.02, 0.01}      // in the order given
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, cfg)
 	require.NoError(t, err)
-	require.Len(t, rep.Results, 2)
-	oneStep, latency := rep.Results[0], rep.Results[1]
+	require.Len(t, rep.Results, 3)
+	oneStep := rep.Results[0]
 	require.Equal(t, ScenarioOneStep, oneStep.Scenario)
-	require.Equal(t, ScenarioLatency, latency.Scenario)
-	rate := max(1, math.Round(0.01*oneStep.TasksPerSec))
-	require.Equal(t, fmt.Sprintf("%g runs/s", rate), latency.Mode)
-	require.Equal(t, fmt.Sprintf("0.01 × one-step's %.0f tasks/s", oneStep.TasksPerSec), latency.RateBasis)
-	require.Equal(t, int(rate*cfg.Warmup.Seconds())+max(1, int(rate*cfg.LatencyDuration.Seconds())), latency.Runs,
-		"the warm-up's runs and the measured ones")
+	require.Equal(t, cfg.RatesOfOneStep, rep.Config.RatesOfOneStep)
+	require.Nil(t, rep.Config.Rates, "the fractions replace the rates in runs/s")
 	var text bytes.Buffer
 	require.NoError(t, rep.WriteTable(&text))
-	require.Contains(t, text.String(), latency.RateBasis)
+	for i, f := range cfg.RatesOfOneStep {
+		latency := rep.Results[1+i]
+		require.Equal(t, ScenarioLatency, latency.Scenario)
+		rate := max(1, math.Round(f*oneStep.TasksPerSec))
+		require.Equal(t, fmt.Sprintf("%g runs/s", rate), latency.Mode)
+		require.Equal(t, fmt.Sprintf("%g × one-step's %.0f tasks/s", f, oneStep.TasksPerSec), latency.RateBasis)
+		require.Equal(t, int(rate*cfg.Warmup.Seconds())+max(1, int(rate*cfg.LatencyDuration.Seconds())), latency.Runs,
+			"the warm-up's runs and the measured ones")
+		require.Contains(t, text.String(), latency.RateBasis)
+	}
+	latency := rep.Results[2]
 
 	// The server runs on this machine here, so the CPU it and this process spent per run are measured, and the
 	// share of the machine they kept busy at the achieved rate is reported with them.
@@ -241,6 +267,15 @@ func TestBenchLatencyAtAFractionOfOneStep(t *testing.T) {
 	}
 	require.Contains(t, text.String(), fmt.Sprintf("where the time went, p50 / p99 ms of %d runs: arrival to start %.1f / %.1f",
 		st.Runs, st.ToStart.P50Ms, st.ToStart.P99Ms))
+}
+
+// askedRate is the arrival rate a latency result was asked for (its Mode).
+func askedRate(t *testing.T, r Result) float64 {
+	t.Helper()
+	var rate float64
+	_, err := fmt.Sscanf(r.Mode, "%g runs/s", &rate)
+	require.NoError(t, err, "latency mode %q", r.Mode)
+	return rate
 }
 
 // TestStagesOfSplitsEachRunAtTheServersTimes: each run's four stages are cut at its own server times and add up

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -76,13 +77,14 @@ type Config struct {
 	// DeleteMessages defines the benchmark's flows with pgflow.DeleteTaskMessages: a task's message is deleted at
 	// its claim instead of archived when the task finishes.
 	DeleteMessages bool
-	// Rate is the arrival rate of the latency scenario in runs per second; LatencyDuration its length.
-	Rate            float64
+	// Rates are the arrival rates of the latency scenario in runs per second: it runs once per rate, in the order
+	// given, each time LatencyDuration long after its warm-up. Default: DefaultRate.
+	Rates           []float64
 	LatencyDuration time.Duration
-	// RateOfOneStep, when positive, sets the latency scenario's arrival rate to this fraction of the tasks per
-	// second the one-step scenario reached earlier in the same run, in place of Rate (0.5: "at half the one-step
-	// throughput"). Both scenarios must be among Scenarios.
-	RateOfOneStep float64
+	// RatesOfOneStep, when set, replace Rates with fractions of the tasks per second the one-step scenario reached
+	// earlier in the same run (0.5: "at half the one-step throughput"; 0.1, 0.25, 0.5: the latency at three loads
+	// against one throughput and one baseline). Both scenarios must be among Scenarios.
+	RatesOfOneStep []float64
 	// BaselineDuration is how long the baseline transaction loop is measured (after a short warm-up).
 	BaselineDuration time.Duration
 	// IdleDuration is how long the idle scenario watches a worker with nothing to do.
@@ -192,14 +194,18 @@ func (c Config) resolve() (Config, error) {
 	durDefault("LatencyDuration", &c.LatencyDuration, DefaultLatencyDuration)
 	durDefault("BaselineDuration", &c.BaselineDuration, DefaultBaselineDuration)
 	durDefault("IdleDuration", &c.IdleDuration, DefaultIdleDuration)
-	switch {
-	case c.Rate < 0:
-		bad("Rate", c.Rate, "must be positive (0 means the default)")
-	case c.Rate == 0:
-		c.Rate = DefaultRate
+	positive := func(field string, v []float64) {
+		for _, x := range v {
+			if !(x > 0) || math.IsInf(x, 1) {
+				bad(field, v, fmt.Sprintf("must be positive numbers (%g is not)", x))
+				return
+			}
+		}
 	}
-	if c.RateOfOneStep < 0 {
-		bad("RateOfOneStep", c.RateOfOneStep, "must be positive (0 means: use Rate)")
+	positive("Rates", c.Rates)
+	positive("RatesOfOneStep", c.RatesOfOneStep)
+	if len(c.Rates) == 0 {
+		c.Rates = []float64{DefaultRate}
 	}
 	switch c.Mode {
 	case "":
@@ -240,8 +246,8 @@ func (c Config) resolve() (Config, error) {
 			}
 		}
 	}
-	if c.RateOfOneStep > 0 && !(slices.Contains(c.Scenarios, ScenarioOneStep) && slices.Contains(c.Scenarios, ScenarioLatency)) {
-		bad("RateOfOneStep", c.RateOfOneStep, "needs the one-step and latency scenarios in the same run")
+	if len(c.RatesOfOneStep) > 0 && !(slices.Contains(c.Scenarios, ScenarioOneStep) && slices.Contains(c.Scenarios, ScenarioLatency)) {
+		bad("RatesOfOneStep", c.RatesOfOneStep, "needs the one-step and latency scenarios in the same run")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

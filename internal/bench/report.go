@@ -27,31 +27,39 @@ type Report struct {
 
 // ConfigSummary is the configuration a report was measured with.
 type ConfigSummary struct {
-	Mode             string   `json:"mode"`
-	Scenarios        []string `json:"scenarios"`
-	Runs             int      `json:"runs"`
-	DurationSeconds  float64  `json:"duration_seconds,omitempty"`
-	WarmupSeconds    float64  `json:"warmup_seconds,omitempty"`
-	Workers          int      `json:"workers"`
-	MaxConcurrent    int      `json:"max_concurrent"`
-	BatchSize        int      `json:"batch_size"`
-	PoolSize         int      `json:"pool_size"`
-	StartBatch       int      `json:"start_batch"`
-	Starters         int      `json:"starters"`
-	Rate             float64  `json:"latency_rate"`
-	DeleteMessages   bool     `json:"delete_messages"`
-	GrowthSizes      []int    `json:"growth_sizes,omitempty"`
-	Backlog          int      `json:"backlog,omitempty"`
-	ScaleWorkers     []int    `json:"scale_workers,omitempty"`
-	BaselineSeconds  float64  `json:"baseline_seconds"`
-	ThrowawayCluster bool     `json:"throwaway_cluster"`
+	Mode             string    `json:"mode"`
+	Scenarios        []string  `json:"scenarios"`
+	Runs             int       `json:"runs"`
+	DurationSeconds  float64   `json:"duration_seconds,omitempty"`
+	WarmupSeconds    float64   `json:"warmup_seconds,omitempty"`
+	Workers          int       `json:"workers"`
+	MaxConcurrent    int       `json:"max_concurrent"`
+	BatchSize        int       `json:"batch_size"`
+	PoolSize         int       `json:"pool_size"`
+	StartBatch       int       `json:"start_batch"`
+	Starters         int       `json:"starters"`
+	Rates            []float64 `json:"latency_rates,omitempty"`
+	RatesOfOneStep   []float64 `json:"latency_rates_of_one_step,omitempty"`
+	DeleteMessages   bool      `json:"delete_messages"`
+	GrowthSizes      []int     `json:"growth_sizes,omitempty"`
+	Backlog          int       `json:"backlog,omitempty"`
+	ScaleWorkers     []int     `json:"scale_workers,omitempty"`
+	BaselineSeconds  float64   `json:"baseline_seconds"`
+	ThrowawayCluster bool      `json:"throwaway_cluster"`
 }
 
 func summarize(c Config) ConfigSummary {
 	s := ConfigSummary{Mode: c.Mode, Scenarios: c.Scenarios, Runs: c.Runs, Workers: c.Workers, MaxConcurrent: c.MaxConcurrent,
-		BatchSize: c.BatchSize, PoolSize: c.PoolSize, StartBatch: c.StartBatch, Starters: c.Starters, Rate: c.Rate,
+		BatchSize: c.BatchSize, PoolSize: c.PoolSize, StartBatch: c.StartBatch, Starters: c.Starters,
 		DeleteMessages:  c.DeleteMessages,
 		BaselineSeconds: c.BaselineDuration.Seconds(), ThrowawayCluster: c.DatabaseURL == ""}
+	if slices.Contains(c.Scenarios, ScenarioLatency) {
+		// The rates asked for: in runs per second, or as fractions of the one-step rate (which replace them).
+		s.Rates, s.RatesOfOneStep = c.Rates, c.RatesOfOneStep
+		if len(c.RatesOfOneStep) > 0 {
+			s.Rates = nil
+		}
+	}
 	if c.Mode == ModeBurnDown && slices.Contains(c.Scenarios, ScenarioLatency) {
 		s.WarmupSeconds = c.Warmup.Seconds()
 	}
@@ -94,7 +102,7 @@ type Result struct {
 	// ArrivalRate is the latency scenario's achieved arrival rate: starts returned per second, from the first
 	// scheduled arrival to the last start's return (the rate asked for is in Mode).
 	ArrivalRate float64 `json:"arrival_rate,omitempty"`
-	// RateBasis says how the latency scenario's rate was chosen when Config.RateOfOneStep set it.
+	// RateBasis says how the latency scenario's rate was chosen when Config.RatesOfOneStep set it.
 	RateBasis string `json:"latency_rate_basis,omitempty"`
 	// CPUShare is the share of this machine's CPUs the latency scenario kept busy, from 0 to 1: the server's and
 	// this process's CPU per run times ArrivalRate, over the machine's CPUs. Near 1 the machine is saturated and a

@@ -68,40 +68,36 @@ func (e *env) run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	var oneStepTasksPerSec float64
 	for _, name := range cfg.Scenarios {
-		var res *Result
+		var res []*Result // one per measurement: the idle scenario makes two, the latency scenario one per rate
 		var err error
+		one := func(r *Result, rerr error) { res, err = []*Result{r}, rerr }
 		switch name {
 		case ScenarioStart:
-			res, err = e.runStart(ctx, cfg, progress(name))
+			one(e.runStart(ctx, cfg, progress(name)))
 		case ScenarioLatency:
-			lcfg, basis := cfg, ""
-			if cfg.RateOfOneStep > 0 { // one-step ran before: the scenarios run in their canonical order
-				lcfg.Rate = max(1, math.Round(cfg.RateOfOneStep*oneStepTasksPerSec))
-				basis = fmt.Sprintf("%g × one-step's %.0f tasks/s", cfg.RateOfOneStep, oneStepTasksPerSec)
-			}
-			res, err = e.runLatency(ctx, lcfg, progress(name))
-			if err == nil {
-				res.RateBasis = basis
-			}
+			res, err = e.runLatencies(ctx, cfg, oneStepTasksPerSec, progress(name))
 		case ScenarioDelayed:
-			res, err = e.runDelayed(ctx, cfg, progress(name))
+			one(e.runDelayed(ctx, cfg, progress(name)))
 		case ScenarioIdle:
 			// The default configuration waits for notifications; PollOnly polls inside the database.
-			res, err = e.runIdle(ctx, cfg, "default WorkerConfig", pgflow.WorkerConfig{}, progress(name))
+			one(e.runIdle(ctx, cfg, "default WorkerConfig", pgflow.WorkerConfig{}, progress(name)))
 			if err == nil {
-				rep.Results = append(rep.Results, *res)
-				res, err = e.runIdle(ctx, cfg, "WorkerConfig{PollOnly: true}", pgflow.WorkerConfig{PollOnly: true}, progress(name))
+				var r *Result
+				r, err = e.runIdle(ctx, cfg, "WorkerConfig{PollOnly: true}", pgflow.WorkerConfig{PollOnly: true}, progress(name))
+				res = append(res, r)
 			}
 		default:
-			res, err = e.runThroughput(ctx, cfg, name, progress(name))
+			one(e.runThroughput(ctx, cfg, name, progress(name)))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("bench: scenario %s: %w", name, err)
 		}
 		if name == ScenarioOneStep {
-			oneStepTasksPerSec = res.TasksPerSec
+			oneStepTasksPerSec = res[0].TasksPerSec
 		}
-		rep.Results = append(rep.Results, *res)
+		for _, r := range res {
+			rep.Results = append(rep.Results, *r)
+		}
 	}
 	if len(cfg.Scenarios) > 0 || rep.Growth != nil || rep.Scale != nil {
 		after, err := e.runBaseline(ctx, cfg.BaselineDuration, progress("baseline"))
@@ -759,6 +755,32 @@ func (b *latencyBook) count() int {
 	return len(b.lat) + len(b.warm)
 }
 
+// runLatencies runs the latency scenario once per rate: cfg.Rates, or cfg.RatesOfOneStep of the one-step
+// scenario's tasks per second in this run (it ran before: the scenarios run in their canonical order). Each run
+// starts from a fresh flow and waits for all its runs, so one rate's backlog does not spill into the next.
+func (e *env) runLatencies(ctx context.Context, cfg Config, oneStepTasksPerSec float64, progress func(Progress)) ([]*Result, error) {
+	rates, bases := cfg.Rates, []string(nil)
+	if len(cfg.RatesOfOneStep) > 0 {
+		rates = nil
+		for _, f := range cfg.RatesOfOneStep {
+			rates = append(rates, max(1, math.Round(f*oneStepTasksPerSec)))
+			bases = append(bases, fmt.Sprintf("%g × one-step's %.0f tasks/s", f, oneStepTasksPerSec))
+		}
+	}
+	var out []*Result
+	for i, rate := range rates {
+		res, err := e.runLatency(ctx, cfg, rate, progress)
+		if err != nil {
+			return nil, fmt.Errorf("at %g runs/s: %w", rate, err)
+		}
+		if bases != nil {
+			res.RateBasis = bases[i]
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
+
 // runLatency starts one-step runs at a fixed rate (an open loop over latencyStarters connections) for cfg.Warmup
 // and then cfg.LatencyDuration, and measures start-to-completion latency as a client sees it: from the run's
 // scheduled arrival (so time spent waiting for a free starter counts) to its run:completed event (LISTEN on the
@@ -767,7 +789,7 @@ func (b *latencyBook) count() int {
 // connections plans and compiles every function once per connection, and at a high rate the backlog that leaves
 // takes a second or two to drain; that cold start is reported apart (WarmUp). The arrival rate achieved is
 // reported next to the one asked for.
-func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress)) (*Result, error) {
+func (e *env) runLatency(ctx context.Context, cfg Config, rate float64, progress func(Progress)) (*Result, error) {
 	bf, err := flowFor(ScenarioLatency, cfg.DeleteMessages)
 	if err != nil {
 		return nil, err
@@ -775,9 +797,9 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 	if err := e.prepareFlow(ctx, bf); err != nil {
 		return nil, err
 	}
-	warmUp := int(cfg.Rate * cfg.Warmup.Seconds())
-	n := warmUp + max(1, int(cfg.Rate*cfg.LatencyDuration.Seconds()))
-	res := &Result{Scenario: ScenarioLatency, Mode: fmt.Sprintf("%g runs/s", cfg.Rate), Runs: n, Tasks: n, Workers: cfg.Workers,
+	warmUp := int(rate * cfg.Warmup.Seconds())
+	n := warmUp + max(1, int(rate*cfg.LatencyDuration.Seconds()))
+	res := &Result{Scenario: ScenarioLatency, Mode: fmt.Sprintf("%g runs/s", rate), Runs: n, Tasks: n, Workers: cfg.Workers,
 		MaxConcurrent: cfg.MaxConcurrent, BatchSize: cfg.BatchSize, Starters: latencyStarters}
 	book := newLatencyBook()
 	listener, err := connect(ctx, e.url, "pgflow-listener-bench") // outside appPrefix: it stays open across flushes
@@ -839,7 +861,7 @@ func (e *env) runLatency(ctx context.Context, cfg Config, progress func(Progress
 			return errors.Join(err, ws.stop())
 		}
 		defer client.Close()
-		arrivals, elapsed, loopErr := offerArrivals(ctx, n, cfg.Rate, func(ctx context.Context, i int, at time.Time) error {
+		arrivals, elapsed, loopErr := offerArrivals(ctx, n, rate, func(ctx context.Context, i int, at time.Time) error {
 			run, err := client.StartRunJSON(ctx, bf.slug, bf.input, nil)
 			if err != nil {
 				return fmt.Errorf("start a run: %w", err)
