@@ -197,7 +197,7 @@ func (c Config) resolve() (Config, error) {
 	positive := func(field string, v []float64) {
 		for _, x := range v {
 			if !(x > 0) || math.IsInf(x, 1) {
-				bad(field, v, fmt.Sprintf("must be positive numbers (%g is not)", x))
+				bad(field, v, fmt.Sprintf("must be finite numbers above 0 (%g is not)", x))
 				return
 			}
 		}
