@@ -235,6 +235,8 @@ func TestBenchLatencyAtAFractionOfOneStep(t *testing.T) {
 		require.Equal(t, int(rate*cfg.Warmup.Seconds())+max(1, int(rate*cfg.LatencyDuration.Seconds())), latency.Runs,
 			"the warm-up's runs and the measured ones")
 		require.Contains(t, text.String(), latency.RateBasis)
+		// Each rate's notes name it: the table has a latency row per rate.
+		require.Contains(t, text.String(), fmt.Sprintf("note: latency at %s: latency measured by the ", latency.Mode))
 	}
 	latency := rep.Results[2]
 
@@ -413,7 +415,7 @@ func TestLatencyReportSaysWhenTheEngineFellBehind(t *testing.T) {
 		require.NoError(t, (&Report{Baseline: b, Results: []Result{r}}).WriteTable(&out))
 		return out.String()
 	}
-	require.Contains(t, report(6739, 7692), "latency: the runs completed at 6739 runs/s, 12% below the arrivals: the engine fell behind")
+	require.Contains(t, report(6739, 7692), "latency at 7716 runs/s: the runs completed at 6739 runs/s, 12% below the arrivals: the engine fell behind")
 	require.NotContains(t, report(7001, 6990), "fell behind")
 	require.NotContains(t, report(7400, 7692), "fell behind", "4 % short is within what keeping up leaves")
 }

@@ -349,12 +349,14 @@ func (rep *Report) WriteTable(w io.Writer) error {
 			notes = append(notes, fmt.Sprintf("%s: %d runs failed", r.Scenario, r.RunsFailed))
 		}
 		if r.LatencySource != "" && r.Scenario == ScenarioLatency {
+			// A run measures the latency at one rate or more: each note names its rate.
+			subject := fmt.Sprintf("%s at %s", r.Scenario, r.Mode)
 			asked := r.Mode
 			if r.RateBasis != "" {
 				asked += ": " + r.RateBasis
 			}
 			note := fmt.Sprintf("%s: latency measured by the %s; arrivals achieved %.0f runs/s (%s asked, %d starters)",
-				r.Scenario, r.LatencySource, r.ArrivalRate, asked, r.Starters)
+				subject, r.LatencySource, r.ArrivalRate, asked, r.Starters)
 			if r.CPUShare > 0 {
 				note += fmt.Sprintf("; the server and this process used %.0f%% of %d CPUs (%.0f + %.0f µs per run)",
 					100*r.CPUShare, rep.Machine.CPUs, r.ServerCPUMicrosPer, r.WorkerCPUMicrosPer)
@@ -371,12 +373,12 @@ func (rep *Report) WriteTable(w io.Writer) error {
 			if short := r.arrivalShortfall(); short > 1-keptUpShare {
 				notes = append(notes, fmt.Sprintf("%s: the runs completed at %.0f runs/s, %.0f%% below the arrivals: the engine fell "+
 					"behind at this rate, so the latency is that of a backlog that grew for the whole window, not of a "+
-					"steady state (the machine does not sustain this rate)", r.Scenario, r.RunsPerSec, 100*short))
+					"steady state (the machine does not sustain this rate)", subject, r.RunsPerSec, 100*short))
 			}
 			if st := r.Stages; st != nil {
 				notes = append(notes, fmt.Sprintf("%s: where the time went, p50 / p99 ms of %d runs: arrival to start %.1f / %.1f, "+
 					"start to claim %.1f / %.1f, claim to completion %.1f / %.1f, completion to event %.1f / %.1f",
-					r.Scenario, st.Runs, st.ToStart.P50Ms, st.ToStart.P99Ms, st.ToClaim.P50Ms, st.ToClaim.P99Ms,
+					subject, st.Runs, st.ToStart.P50Ms, st.ToStart.P99Ms, st.ToClaim.P50Ms, st.ToClaim.P99Ms,
 					st.ToCompletion.P50Ms, st.ToCompletion.P99Ms, st.ToEvent.P50Ms, st.ToEvent.P99Ms))
 			}
 		}
