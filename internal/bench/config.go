@@ -194,7 +194,7 @@ func (c Config) resolve() (Config, error) {
 	durDefault("LatencyDuration", &c.LatencyDuration, DefaultLatencyDuration)
 	durDefault("BaselineDuration", &c.BaselineDuration, DefaultBaselineDuration)
 	durDefault("IdleDuration", &c.IdleDuration, DefaultIdleDuration)
-	positive := func(field string, v []float64) {
+	finiteAboveZero := func(field string, v []float64) {
 		for _, x := range v {
 			if !(x > 0) || math.IsInf(x, 1) {
 				bad(field, v, fmt.Sprintf("must be finite numbers above 0 (%g is not)", x))
@@ -202,8 +202,8 @@ func (c Config) resolve() (Config, error) {
 			}
 		}
 	}
-	positive("Rates", c.Rates)
-	positive("RatesOfOneStep", c.RatesOfOneStep)
+	finiteAboveZero("Rates", c.Rates)
+	finiteAboveZero("RatesOfOneStep", c.RatesOfOneStep)
 	if len(c.Rates) == 0 {
 		c.Rates = []float64{DefaultRate}
 	}

@@ -54,10 +54,11 @@ func summarize(c Config) ConfigSummary {
 		DeleteMessages:  c.DeleteMessages,
 		BaselineSeconds: c.BaselineDuration.Seconds(), ThrowawayCluster: c.DatabaseURL == ""}
 	if slices.Contains(c.Scenarios, ScenarioLatency) {
-		// The rates asked for: in runs per second, or as fractions of the one-step rate (which replace them).
-		s.Rates, s.RatesOfOneStep = c.Rates, c.RatesOfOneStep
+		// The rates asked for: as fractions of the one-step rate when given so (they replace Rates), else in runs/s.
 		if len(c.RatesOfOneStep) > 0 {
-			s.Rates = nil
+			s.RatesOfOneStep = c.RatesOfOneStep
+		} else {
+			s.Rates = c.Rates
 		}
 	}
 	if c.Mode == ModeBurnDown && slices.Contains(c.Scenarios, ScenarioLatency) {

@@ -70,24 +70,23 @@ func (e *env) run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, name := range cfg.Scenarios {
 		var res []*Result // one per measurement: the idle scenario makes two, the latency scenario one per rate
 		var err error
-		one := func(r *Result, rerr error) { res, err = []*Result{r}, rerr }
 		switch name {
 		case ScenarioStart:
-			one(e.runStart(ctx, cfg, progress(name)))
+			res, err = single(e.runStart(ctx, cfg, progress(name)))
 		case ScenarioLatency:
 			res, err = e.runLatencies(ctx, cfg, oneStepTasksPerSec, progress(name))
 		case ScenarioDelayed:
-			one(e.runDelayed(ctx, cfg, progress(name)))
+			res, err = single(e.runDelayed(ctx, cfg, progress(name)))
 		case ScenarioIdle:
 			// The default configuration waits for notifications; PollOnly polls inside the database.
-			one(e.runIdle(ctx, cfg, "default WorkerConfig", pgflow.WorkerConfig{}, progress(name)))
+			res, err = single(e.runIdle(ctx, cfg, "default WorkerConfig", pgflow.WorkerConfig{}, progress(name)))
 			if err == nil {
-				var r *Result
-				r, err = e.runIdle(ctx, cfg, "WorkerConfig{PollOnly: true}", pgflow.WorkerConfig{PollOnly: true}, progress(name))
-				res = append(res, r)
+				var pollOnly *Result
+				pollOnly, err = e.runIdle(ctx, cfg, "WorkerConfig{PollOnly: true}", pgflow.WorkerConfig{PollOnly: true}, progress(name))
+				res = append(res, pollOnly)
 			}
 		default:
-			one(e.runThroughput(ctx, cfg, name, progress(name)))
+			res, err = single(e.runThroughput(ctx, cfg, name, progress(name)))
 		}
 		if err != nil {
 			return nil, fmt.Errorf("bench: scenario %s: %w", name, err)
@@ -113,6 +112,11 @@ func (e *env) run(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Scale.ratios(rep.Baseline)
 	rep.Finished = time.Now()
 	return rep, nil
+}
+
+// single is the result of a scenario that measures once, as the scenario loop collects them.
+func single(r *Result, err error) ([]*Result, error) {
+	return []*Result{r}, err
 }
 
 // prepareFlow removes the scenario's flow with all its data (a previous benchmark in the same database) and
@@ -759,9 +763,10 @@ func (b *latencyBook) count() int {
 // scenario's tasks per second in this run (it ran before: the scenarios run in their canonical order). Each run
 // starts from a fresh flow and waits for all its runs, so one rate's backlog does not spill into the next.
 func (e *env) runLatencies(ctx context.Context, cfg Config, oneStepTasksPerSec float64, progress func(Progress)) ([]*Result, error) {
-	rates, bases := cfg.Rates, []string(nil)
+	rates := cfg.Rates
+	var bases []string // how each rate was chosen, when the fractions chose them
 	if len(cfg.RatesOfOneStep) > 0 {
-		rates = nil
+		rates = make([]float64, 0, len(cfg.RatesOfOneStep))
 		for _, f := range cfg.RatesOfOneStep {
 			rates = append(rates, max(1, math.Round(f*oneStepTasksPerSec)))
 			bases = append(bases, fmt.Sprintf("%g × one-step's %.0f tasks/s", f, oneStepTasksPerSec))
